@@ -1,0 +1,272 @@
+#include "actors/host_link.hpp"
+
+#include <algorithm>
+
+#include "actors/call.hpp"
+#include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "runtime/log.hpp"
+
+namespace egress {
+
+namespace {
+
+using clock = host_link_state::clock;
+
+std::string seconds_text(caf::timespan d) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  auto s = std::to_string(ms / 1000);
+  if (ms % 1000 != 0)
+    s += "." + std::to_string(ms % 1000 / 100);
+  return s + "s";
+}
+
+void publish(host_link_pointer self) {
+  if (self->state.opts.sink)
+    self->send(self->state.opts.sink, self->state.snapshot());
+}
+
+// Errors that say the connection itself is gone, not just this call.
+bool kills_link(const caf::error& err) {
+  return err == ec::connection_broken || err == ec::libvirt_timeout;
+}
+
+// Drops a value holding libvirt handles off the scheduler thread: the last
+// reference to a connection closes it, and virConnectClose may block.
+void dispose(host_link_pointer self, std::any value) {
+  if (!value.has_value())
+    return;
+  auto h = spawn_call(self->system(), self->state.opts.host,
+                      blocking_work{"dispose", [v = std::move(value)]() mutable
+                                    -> caf::expected<std::any> {
+                                      v.reset();
+                                      return std::any{};
+                                    }});
+  caf::anon_send(h, atom::run_v);
+}
+
+void start_dial(host_link_pointer self);
+void pump(host_link_pointer self);
+
+void run_call(host_link_pointer self, host_link_state::pending p) {
+  auto& st = self->state;
+  auto id = p.id;
+  auto what = p.job.what;
+  auto budget = p.job.budget.count() > 0 ? p.job.budget : st.opts.call_budget;
+  st.in_flight.emplace(id, std::move(p.rp));
+  // The job runs with the connection of this generation; if the link dies,
+  // the kill makes the job's blocked libvirt call return.
+  blocking_work work{what, [conn = st.conn, fn = std::move(p.job.fn)]() {
+                       return fn(*conn);
+                     }};
+  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  auto gen = st.generation;
+  self->request(h, budget, atom::run_v)
+    .then(
+      [self, id](call_result& r) {
+        auto i = self->state.in_flight.find(id);
+        if (i == self->state.in_flight.end())
+          return; // abandoned: the link died while the call ran
+        i->second.deliver(std::move(r));
+        self->state.in_flight.erase(i);
+        pump(self);
+      },
+      [self, id, gen, what, budget](caf::error& err) {
+        auto& st = self->state;
+        auto i = st.in_flight.find(id);
+        if (i == st.in_flight.end())
+          return;
+        auto rp = std::move(i->second);
+        st.in_flight.erase(i);
+        if (err == caf::sec::request_timeout) {
+          // Invariant 3: past its budget the caller gets transient now, and
+          // the link dies, whose kill unblocks the call still running.
+          auto text = st.opts.host + ": " + what + " ran past its "
+                      + seconds_text(budget) + " budget";
+          rp.deliver(make_error(ec::budget_exceeded, text));
+          mark_dead(self, "budget overrun: " + what + " after "
+                            + seconds_text(budget));
+          return;
+        }
+        rp.deliver(err);
+        if (kills_link(err) && gen == st.generation)
+          mark_dead(self, render(err));
+        else
+          pump(self);
+      });
+}
+
+// Admits queued calls while the link is up and under its limit.
+void pump(host_link_pointer self) {
+  auto& st = self->state;
+  while (st.state == link_state::up && !st.queued.empty()
+         && st.in_flight.size() < st.opts.max_calls) {
+    auto p = std::move(st.queued.front());
+    st.queued.pop_front();
+    run_call(self, std::move(p));
+  }
+  publish(self);
+}
+
+void start_dial(host_link_pointer self) {
+  auto& st = self->state;
+  st.state = link_state::dialing;
+  st.reason.clear();
+  ++st.generation;
+  ++st.dials;
+  auto gen = st.generation;
+  // The link holds the transport before connect() starts, so a kill can
+  // always reach a dial that hangs.
+  st.transport = st.opts.make_transport();
+  blocking_work work{"dial", [t = st.transport]() -> caf::expected<std::any> {
+                       if (auto err = t->connect())
+                         return err;
+                       auto c = lv::connection::open(t->uri());
+                       if (!c)
+                         return c.error();
+                       return std::any{std::move(*c)};
+                     }};
+  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  publish(self);
+  self->request(h, st.opts.connect_timeout, atom::run_v)
+    .then(
+      [self, gen](call_result& r) {
+        auto& st = self->state;
+        if (gen != st.generation || st.state != link_state::dialing) {
+          dispose(self, std::move(r.value));
+          return;
+        }
+        st.conn = std::any_cast<std::shared_ptr<lv::connection>>(r.value);
+        st.state = link_state::up;
+        st.failures = 0;
+        log::info("link", st.opts.host + ": up (" + st.transport->uri() + ")");
+        pump(self);
+      },
+      [self, gen](caf::error& err) {
+        auto& st = self->state;
+        if (gen != st.generation || st.state != link_state::dialing)
+          return;
+        ++st.failures;
+        if (err == caf::sec::request_timeout)
+          mark_dead(self, "dial timed out after "
+                            + seconds_text(st.opts.connect_timeout));
+        else
+          mark_dead(self, "dial failed: " + render(err));
+      });
+}
+
+caf::timespan backoff(host_link_state& st) {
+  // Exponential with "equal jitter": half fixed, half random, so many links
+  // that died together do not redial in lockstep.
+  auto base = st.opts.redial_min;
+  for (uint32_t i = 1; i < st.failures && base < st.opts.redial_max; ++i)
+    base *= 2;
+  base = std::min(base, st.opts.redial_max);
+  std::uniform_int_distribution<int64_t> dist(0, base.count() / 2);
+  return caf::timespan{base.count() / 2 + dist(st.rng)};
+}
+
+} // namespace
+
+link_status host_link_state::snapshot() const {
+  link_status s;
+  s.host = opts.host;
+  s.state = state;
+  s.reason = reason;
+  s.in_flight = static_cast<uint32_t>(in_flight.size());
+  s.queued = static_cast<uint32_t>(queued.size());
+  s.limit = opts.max_calls;
+  s.dials = dials;
+  s.deaths = deaths;
+  return s;
+}
+
+void mark_dead(host_link_pointer self, std::string reason) {
+  auto& st = self->state;
+  if (st.state == link_state::dead)
+    return; // exactly once per generation
+  st.state = link_state::dead;
+  st.reason = reason;
+  ++st.deaths;
+  st.next_dial_at = clock::now() + backoff(st);
+  log::warn("link", st.opts.host + ": dead: " + reason);
+  // 1. Tell everyone, 2. release every caller, 3. only then kill: a kill that
+  // takes its time holds up neither the news nor the callers (seed H1).
+  for (auto& sub : st.subscribers)
+    self->send(sub, link_down{st.opts.host, reason});
+  auto failure = make_error(ec::link_down, st.opts.host + ": " + reason);
+  for (auto& [id, rp] : st.in_flight)
+    rp.deliver(failure);
+  st.in_flight.clear();
+  for (auto& p : st.queued)
+    p.rp.deliver(failure);
+  st.queued.clear();
+  publish(self);
+  // The kill runs on its own thread so that this actor stays responsive (a
+  // second mark-dead returns at once) even if a transport's kill were slow.
+  // The connection is released after the kill, also off this thread.
+  auto t = std::move(st.transport);
+  auto c = std::move(st.conn);
+  if (t || c) {
+    auto h = spawn_call(self->system(), st.opts.host,
+                        blocking_work{"kill", [t, c]() mutable
+                                      -> caf::expected<std::any> {
+                                        if (t)
+                                          t->kill();
+                                        c.reset();
+                                        t.reset();
+                                        return std::any{};
+                                      }});
+    caf::anon_send(h, atom::run_v);
+  }
+}
+
+host_link_actor::behavior_type make_host_link(host_link_pointer self,
+                                              host_link_options opts) {
+  self->state.opts = std::move(opts);
+  self->state.name = "host_link/" + self->state.opts.host;
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    auto& subs = self->state.subscribers;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const link_events_actor& s) {
+                                return s.address() == msg.source;
+                              }),
+               subs.end());
+  });
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    mark_dead(self, "shutdown (" + caf::to_string(msg.reason) + ")");
+    self->quit(msg.reason);
+  });
+  start_dial(self);
+  return {
+    [self](atom::call, call_job& job) -> caf::result<call_result> {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<call_result>();
+      if (st.state == link_state::dead) {
+        auto now = clock::now();
+        if (now < st.next_dial_at) {
+          auto wait = std::chrono::duration_cast<caf::timespan>(st.next_dial_at - now);
+          rp.deliver(make_error(ec::link_down, st.opts.host + ": link is dead ("
+                                                 + st.reason + "); next dial in "
+                                                 + seconds_text(wait)));
+          return rp;
+        }
+        start_dial(self);
+      }
+      st.queued.push_back({st.next_id++, std::move(job), rp});
+      pump(self);
+      return rp;
+    },
+    [self](atom::status) { return self->state.snapshot(); },
+    [self](atom::subscribe, link_events_actor& sub) {
+      self->monitor(sub);
+      self->state.subscribers.push_back(std::move(sub));
+    },
+    [self](atom::kill, std::string& reason) {
+      mark_dead(self, "killed: " + reason);
+      return self->state.snapshot();
+    },
+  };
+}
+
+} // namespace egress

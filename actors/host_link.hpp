@@ -1,0 +1,77 @@
+#pragma once
+// One actor per host: dialing -> up -> dead(reason) -> (next call) dialing.
+//
+// It owns the host's transport and its pooled libvirt connection, admits
+// calls under a per-host limit, gives each call a budget and, on any death
+// cause, marks itself dead exactly once: record the reason, broadcast
+// link_down, fail every pending caller with transient, and only then kill the
+// transport (invariant 2). Nothing here is shared with another host's link
+// (invariant 5): a stalled host can only stall its own callers.
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "messages/actors.hpp"
+#include "providers/transport.hpp"
+
+namespace egress {
+
+struct host_link_options {
+  std::string host;
+  uint32_t max_calls = 5;
+  caf::timespan call_budget = std::chrono::seconds(30);
+  caf::timespan connect_timeout = std::chrono::seconds(10);
+  caf::timespan redial_min = std::chrono::milliseconds(500);
+  caf::timespan redial_max = std::chrono::seconds(30);
+  transport_factory make_transport;
+  status_sink_actor sink; // receives link_status on every change (optional)
+};
+
+struct host_link_state {
+  using clock = std::chrono::steady_clock;
+
+  struct pending {
+    uint64_t id;
+    call_job job;
+    caf::typed_response_promise<call_result> rp;
+  };
+
+  std::string name = "host_link";
+  host_link_options opts;
+  link_state state = link_state::dialing;
+  std::string reason;
+  transport_ptr transport;
+  std::shared_ptr<lv::connection> conn;
+  // Each dial starts a new generation; answers from an older one are stale.
+  uint64_t generation = 0;
+  uint64_t next_id = 0;
+  std::deque<pending> queued;
+  std::map<uint64_t, caf::typed_response_promise<call_result>> in_flight;
+  uint32_t failures = 0; // consecutive failed dials, for the backoff
+  clock::time_point next_dial_at{};
+  uint64_t dials = 0;
+  uint64_t deaths = 0;
+  std::vector<link_events_actor> subscribers;
+  std::minstd_rand rng{std::random_device{}()};
+
+  link_status snapshot() const;
+};
+
+using host_link_pointer = host_link_actor::stateful_pointer<host_link_state>;
+
+host_link_actor::behavior_type make_host_link(host_link_pointer self,
+                                              host_link_options opts);
+
+/// Marks the link dead (idempotent: a second call returns at once). Exposed
+/// for the fleet's shutdown path and for tests.
+void mark_dead(host_link_pointer self, std::string reason);
+
+} // namespace egress

@@ -1,0 +1,275 @@
+#include "actors/proxy.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include <openssl/evp.h>
+
+#include "actors/link_call.hpp"
+#include "messages/error.hpp"
+#include "providers/libvirt/domains.hpp"
+#include "runtime/log.hpp"
+
+namespace egress {
+
+std::string spec_hash(const proxy_spec& spec, const std::string& domain_type) {
+  // A canonical, unambiguous text: each field on its own line, tags in order.
+  std::string text = "v1\n" + spec.name + "\n" + domain_type + "\n"
+                     + std::to_string(spec.vcpus) + "\n"
+                     + std::to_string(spec.memory_mib) + "\n" + spec.network + "\n";
+  for (auto& t : spec.tags)
+    text += "tag:" + t + "\n";
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
+  std::string hex;
+  char buf[3];
+  for (unsigned i = 0; i < len; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", md[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+std::string new_uid() {
+  std::random_device rd;
+  std::string out;
+  char buf[9];
+  for (int i = 0; i < 4; ++i) {
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+    out += buf;
+  }
+  return out;
+}
+
+std::string now_rfc3339() {
+  auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+namespace {
+
+void publish(proxy_pointer self, const proxy_status& before) {
+  auto& s = self->state.status;
+  bool changed = s.phase != before.phase || s.address != before.address
+                 || s.last_error != before.last_error || s.uid != before.uid
+                 || s.adopted != before.adopted;
+  if (changed && self->state.opts.sink)
+    self->send(self->state.opts.sink, s);
+}
+
+void schedule_poll(proxy_pointer self) {
+  self->delayed_send(self, self->state.opts.poll_interval, atom::poll_v);
+}
+
+void record_error(proxy_pointer self, const caf::error& err, bool permanent_fails) {
+  auto& st = self->state;
+  st.status.last_error = render(err);
+  st.status.last_error_kind = to_string(kind_of(err));
+  // Invariant 10: a transient error never latches a proxy as failed.
+  if (permanent_fails && kind_of(err) != error_kind::transient)
+    st.status.phase = proxy_phase::failed;
+  log::warn("proxy", st.opts.spec.name + ": " + st.status.last_error);
+}
+
+std::vector<lv::address_source> sources_of(const std::vector<std::string>& names) {
+  std::vector<lv::address_source> out;
+  for (auto& n : names)
+    if (auto s = lv::parse_address_source(n))
+      out.push_back(*s);
+  return out;
+}
+
+void create(proxy_pointer self);
+
+void apply_reading(proxy_pointer self, domain_reading& r) {
+  auto& st = self->state;
+  auto& s = st.status;
+  if (!r.exists) {
+    if (s.phase == proxy_phase::running || s.phase == proxy_phase::provisioning)
+      log::warn("proxy", st.opts.spec.name + ": domain vanished; recreating");
+    if (!st.create_failed)
+      create(self);
+    return;
+  }
+  if (!r.has_mark || r.mark.entry != st.opts.entry) {
+    // Never touch what is not ours: a same-named domain without our mark (or
+    // with another entry's mark) belongs to someone else.
+    auto owner = r.has_mark ? "entry \"" + r.mark.entry + "\"" : std::string{"no egress mark"};
+    record_error(self,
+                 make_error(ec::foreign_domain,
+                            st.opts.spec.name + ": a domain with this name exists on "
+                              + st.opts.spec.host + " with " + owner
+                              + "; refusing to touch it"),
+                 true);
+    return;
+  }
+  if (!st.created_by_us && s.uid.empty()) {
+    s.adopted = true;
+    log::info("proxy", st.opts.spec.name + ": adopted by mark uid=" + r.mark.uid);
+  }
+  s.uid = r.mark.uid;
+  s.created_at = r.mark.created_at;
+  s.last_error.clear();
+  s.last_error_kind.clear();
+  switch (r.state) {
+    case domain_state::running:
+    case domain_state::blocked:
+      s.address = r.addresses.empty() ? std::string{} : r.addresses.front();
+      s.phase = r.addresses.empty() ? proxy_phase::provisioning : proxy_phase::running;
+      break;
+    case domain_state::shutoff:
+    case domain_state::crashed:
+    case domain_state::shutdown: {
+      // Restart policy: a VM of ours that stopped out of band is started again.
+      s.phase = proxy_phase::creating;
+      s.address.clear();
+      auto name = st.opts.spec.name;
+      st.busy = true;
+      link_call<void>(
+        self, st.opts.link, st.opts.call_timeout, "start " + name,
+        [name](lv::connection& c) { return lv::start_domain(c, name); },
+        [self] { self->state.busy = false; },
+        [self](const caf::error& err) {
+          self->state.busy = false;
+          record_error(self, err, false);
+        });
+      break;
+    }
+    default:
+      s.phase = proxy_phase::provisioning;
+  }
+}
+
+void create(proxy_pointer self) {
+  auto& st = self->state;
+  st.status.phase = proxy_phase::creating;
+  domain_spec ds;
+  ds.name = st.opts.spec.name;
+  ds.domain_type = st.opts.domain_type;
+  ds.vcpus = st.opts.spec.vcpus;
+  ds.memory_mib = st.opts.spec.memory_mib;
+  ds.network = st.opts.spec.network;
+  ds.mark.uid = new_uid();
+  ds.mark.created_at = now_rfc3339();
+  ds.mark.entry = st.opts.entry;
+  ds.mark.spec_hash = st.spec_hash;
+  ds.mark.tags = st.opts.spec.tags;
+  st.busy = true;
+  auto before = st.status;
+  link_call<domain_reading>(
+    self, st.opts.link, st.opts.call_timeout, "create " + ds.name,
+    [ds](lv::connection& c) { return lv::define_and_start(c, ds); },
+    [self](domain_reading& r) {
+      auto before = self->state.status;
+      self->state.busy = false;
+      self->state.created_by_us = true;
+      self->state.status.adopted = false;
+      log::info("proxy", self->state.opts.spec.name + ": created uid=" + r.mark.uid);
+      apply_reading(self, r);
+      publish(self, before);
+    },
+    [self](const caf::error& err) {
+      auto before = self->state.status;
+      self->state.busy = false;
+      if (kind_of(err) == error_kind::transient) {
+        self->state.status.phase = proxy_phase::pending;
+      } else {
+        self->state.create_failed = true;
+      }
+      record_error(self, err, true);
+      publish(self, before);
+    });
+  publish(self, before);
+}
+
+void poll(proxy_pointer self) {
+  auto& st = self->state;
+  if (st.busy || st.erasing)
+    return;
+  st.busy = true;
+  auto name = st.opts.spec.name;
+  auto sources = sources_of(st.opts.address_sources);
+  link_call<domain_reading>(
+    self, st.opts.link, st.opts.call_timeout, "read " + name,
+    [name, sources](lv::connection& c) { return lv::read_domain(c, name, sources); },
+    [self](domain_reading& r) {
+      auto before = self->state.status;
+      self->state.busy = false;
+      ++self->state.status.polls;
+      if (!self->state.erasing)
+        apply_reading(self, r);
+      publish(self, before);
+    },
+    [self](const caf::error& err) {
+      auto before = self->state.status;
+      self->state.busy = false;
+      ++self->state.status.polls;
+      record_error(self, err, false);
+      publish(self, before);
+    });
+}
+
+} // namespace
+
+proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  st.name = "proxy/" + st.opts.spec.name;
+  st.spec_hash = spec_hash(st.opts.spec, st.opts.domain_type);
+  st.status.name = st.opts.spec.name;
+  st.status.host = st.opts.spec.host;
+  publish(self, proxy_status{});
+  self->send(self, atom::poll_v);
+  return {
+    [self](atom::status) { return self->state.status; },
+    [self](atom::poll) {
+      if (self->state.erasing)
+        return;
+      poll(self);
+      schedule_poll(self);
+    },
+    [self](atom::erase) -> caf::result<proxy_status> {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<proxy_status>();
+      st.erase_waiters.push_back(rp);
+      if (st.erasing)
+        return rp;
+      st.erasing = true;
+      auto before = st.status;
+      st.status.phase = proxy_phase::deleting;
+      publish(self, before);
+      auto name = st.opts.spec.name;
+      link_call<void>(
+        self, st.opts.link, st.opts.call_timeout, "delete " + name,
+        [name](lv::connection& c) { return lv::delete_domain(c, name); },
+        [self] {
+          auto before = self->state.status;
+          self->state.status.phase = proxy_phase::deleted;
+          self->state.status.address.clear();
+          publish(self, before);
+          for (auto& w : self->state.erase_waiters)
+            w.deliver(self->state.status);
+          self->quit();
+        },
+        [self](const caf::error& err) {
+          auto before = self->state.status;
+          self->state.erasing = false;
+          record_error(self, err, false);
+          publish(self, before);
+          for (auto& w : self->state.erase_waiters)
+            w.deliver(err);
+          self->state.erase_waiters.clear();
+        });
+      return rp;
+    },
+  };
+}
+
+} // namespace egress

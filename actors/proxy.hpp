@@ -1,0 +1,55 @@
+#pragma once
+// One actor per declared proxy: reconciles one VM on one host.
+//
+// State is read back, not remembered (invariant 16): every poll reads the
+// domain from libvirt; a domain carrying our mark is adopted, one without it
+// is never touched. A transient error is recorded but never latches the proxy
+// as failed (invariant 10); only a permanent error does.
+
+#include <string>
+#include <vector>
+
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "messages/actors.hpp"
+
+namespace egress {
+
+struct proxy_options {
+  proxy_spec spec;
+  std::string entry;
+  std::string domain_type;
+  std::vector<std::string> address_sources;
+  caf::timespan poll_interval = std::chrono::seconds(2);
+  caf::timespan call_timeout = std::chrono::seconds(61); // wait for the link
+  host_link_actor link;
+  status_sink_actor sink; // receives proxy_status on every change (optional)
+};
+
+struct proxy_state {
+  std::string name = "proxy";
+  proxy_options opts;
+  proxy_status status;
+  std::string spec_hash;
+  bool busy = false;          // one libvirt request at a time per proxy
+  bool created_by_us = false;
+  bool create_failed = false; // permanent create error: do not retry blindly
+  bool erasing = false;
+  std::vector<caf::typed_response_promise<proxy_status>> erase_waiters;
+};
+
+using proxy_pointer = proxy_actor::stateful_pointer<proxy_state>;
+
+proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts);
+
+/// sha256 (hex) over everything in the spec that shapes the VM.
+std::string spec_hash(const proxy_spec& spec, const std::string& domain_type);
+
+/// A fresh random uid for a mark (128 bits, hex).
+std::string new_uid();
+
+/// Now, as RFC 3339 UTC with seconds ("2026-12-02T10:50:44Z").
+std::string now_rfc3339();
+
+} // namespace egress

@@ -1,0 +1,101 @@
+#pragma once
+// Every typed actor interface of the engine, in one header (the model is
+// Tenzir/VAST's actors.hpp). An embedding application needs only this file,
+// the vocabulary and runtime/engine.hpp to talk to a running engine.
+
+#include <any>
+#include <functional>
+#include <string>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/expected.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/timespan.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "messages/types.hpp"
+#include "messages/vocabulary.hpp"
+
+namespace egress {
+
+namespace lv {
+class connection;
+} // namespace lv
+
+/// One blocking libvirt operation, shipped to a host link. The function runs
+/// in a detached call actor with the link's current connection; it must only
+/// call providers/. It never travels beyond this process.
+struct call_job {
+  std::string what;  // for logs, errors and the inspector: "define px-1"
+  std::function<caf::expected<std::any>(lv::connection&)> fn;
+  caf::timespan budget{0}; // 0: the host's call-budget
+};
+
+/// The value a job produced, type-erased; see link_call() for the typed side.
+struct call_result {
+  std::any value;
+};
+
+/// A blocking function for a detached call actor: runs once, answers once.
+struct blocking_work {
+  std::string what;
+  std::function<caf::expected<std::any>()> fn;
+};
+
+} // namespace egress
+
+// Local-only: closures and std::any cannot be serialized. These types never
+// cross the middleman; the shell sees status types only.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_job)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::blocking_work)
+
+namespace egress {
+
+/// Receives the broadcast a host link sends when it dies, before its kill.
+using link_events_actor = caf::typed_actor<caf::reacts_to<link_down>>;
+
+/// Receives status snapshots pushed by links and proxies when they change.
+using status_sink_actor = caf::typed_actor<caf::reacts_to<link_status>,
+                                           caf::reacts_to<proxy_status>>;
+
+/// A detached actor that runs one blocking_work and then quits. Its caller
+/// abandons it on timeout; the link's kill is what unblocks the work.
+using call_actor = caf::typed_actor<
+  caf::replies_to<atom::run>::with<call_result>>;
+
+/// One per host: owns the transport and the pooled libvirt connection.
+using host_link_actor = caf::typed_actor<
+  // Runs a job under the host's concurrency limit and the job's budget. On
+  // budget overrun the caller gets transient budget_exceeded and the link dies.
+  caf::replies_to<atom::call, call_job>::with<call_result>,
+  caf::replies_to<atom::status>::with<link_status>,
+  // Adds a subscriber for link_down broadcasts (kept until it terminates).
+  caf::reacts_to<atom::subscribe, link_events_actor>,
+  // Marks the link dead with the given reason and kills its transport; answers
+  // at once, even while the kill itself is still running. The next call
+  // redials (after backoff).
+  caf::replies_to<atom::kill, std::string>::with<link_status>>;
+
+/// One per declared proxy: reconciles one VM.
+using proxy_actor = caf::typed_actor<
+  caf::replies_to<atom::status>::with<proxy_status>,
+  caf::reacts_to<atom::poll>,
+  // Deletes the VM (destroy, undefine) and answers once it is gone.
+  caf::replies_to<atom::erase>::with<proxy_status>>;
+
+/// The engine's root: desired state from config, status for everyone.
+using fleet_actor = caf::typed_actor<
+  caf::replies_to<atom::status>::with<fleet_status>,
+  caf::replies_to<atom::link, std::string>::with<host_link_actor>,
+  caf::replies_to<atom::kill, std::string>::with<link_status>,
+  // Deletes one proxy's VM and retires its actor (until the next config).
+  caf::replies_to<atom::erase, std::string>::with<proxy_status>,
+  // Stops the engine: links are killed first (so no detached call stays
+  // blocked), then proxies and links exit, then the fleet itself.
+  caf::replies_to<atom::shutdown>::with<bool>,
+  caf::reacts_to<link_down>,
+  caf::reacts_to<link_status>,
+  caf::reacts_to<proxy_status>>;
+
+} // namespace egress

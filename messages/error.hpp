@@ -1,0 +1,77 @@
+#pragma once
+// The engine's error vocabulary. Every code belongs to exactly one kind:
+// transient (retry later, the world may change), not_found (the object is
+// not there), or permanent (retrying the same thing cannot help). Callers
+// decide on the kind; the code says which specific thing went wrong, and the
+// error's context carries the human-readable detail.
+
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+#include <caf/fwd.hpp>
+#include <caf/sec.hpp>
+
+namespace egress {
+
+enum class error_kind : uint8_t { transient, not_found, permanent };
+
+// Codes are grouped by kind so the kind is a function of the code alone:
+//   1..63 transient, 64..127 not_found, 128..255 permanent.
+enum class ec : uint8_t {
+  none = 0,
+  // -- transient --------------------------------------------------------------
+  link_down = 1,          // the host link is dead (or was killed) under the call
+  budget_exceeded = 2,    // the call ran past its budget; the link was killed
+  connection_broken = 3,  // libvirt reported a broken or closed connection
+  libvirt_timeout = 4,    // libvirt reported a timeout (keepalive, agent...)
+  libvirt_transient = 5,  // any other libvirt failure wrapped as transient
+  shutting_down = 6,      // the engine is stopping
+  no_address_source = 7,  // every address source failed
+  // -- not found --------------------------------------------------------------
+  no_domain = 64,
+  no_pool = 65,
+  no_volume = 66,
+  no_network = 67,
+  libvirt_not_found = 68,
+  // -- permanent --------------------------------------------------------------
+  invalid_argument = 128,
+  xml_error = 129,
+  access_denied = 130,
+  unsupported = 131,
+  invalid_name = 132,
+  config_invalid = 133,
+  libvirt_permanent = 134,
+  foreign_domain = 135,   // a domain with our name exists but carries no mark of ours
+};
+
+/// The taxonomy of an engine code.
+error_kind kind_of(ec code);
+
+/// The taxonomy of any error: engine codes by their kind; CAF's own
+/// request_timeout counts as transient; everything else is permanent.
+error_kind kind_of(const caf::error& err);
+
+const char* to_string(ec code);
+const char* to_string(error_kind kind);
+
+/// Renders an error as "kind/code: context", e.g.
+/// "transient/budget_exceeded: hv1: define_domain ran past its 30s budget".
+std::string render(const caf::error& err);
+
+/// Returns the context string of an engine error (empty for others).
+std::string detail(const caf::error& err);
+
+/// Creates an engine error with a human-readable context.
+caf::error make_error(ec code, std::string context);
+
+/// Wraps any error as transient, keeping its text. An explicit transient wrap
+/// always wins over a classification derived from a libvirt code.
+caf::error as_transient(const caf::error& err);
+
+/// Registers the renderer with CAF so `to_string(error)` is readable too.
+void add_error_renderer(caf::actor_system_config& cfg);
+
+} // namespace egress
+
+CAF_ERROR_CODE_ENUM(egress::ec, "egress")

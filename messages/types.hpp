@@ -1,0 +1,173 @@
+#pragma once
+// Plain data that travels between the engine's actors (and, later, to
+// caf-shell over the middleman). Every type has an inspect() overload so CAF
+// can copy, print and serialize it. No handles, no pointers: state that is
+// read back from libvirt, never remembered.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+namespace egress {
+
+/// The metadata mark the engine writes into every domain it creates. It is how
+/// a restarted engine recognizes its own VMs (adopt) and how it decides what
+/// it may garbage-collect (only marks naming its own provider entry).
+struct domain_mark {
+  std::string uid;        // random, assigned at creation, stable across restarts
+  std::string created_at; // RFC 3339 UTC
+  std::string entry;      // the provider entry that owns this domain
+  std::string spec_hash;  // sha256 over the declared spec: a change means replace
+  std::vector<std::string> tags;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, domain_mark& x) {
+  return f(caf::meta::type_name("domain_mark"), x.uid, x.created_at, x.entry,
+           x.spec_hash, x.tags);
+}
+
+/// One declared proxy, as validated from the config.
+struct proxy_spec {
+  std::string name;
+  std::string host;
+  uint32_t vcpus = 1;
+  uint32_t memory_mib = 128;
+  std::string network;
+  std::vector<std::string> tags;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, proxy_spec& x) {
+  return f(caf::meta::type_name("proxy_spec"), x.name, x.host, x.vcpus,
+           x.memory_mib, x.network, x.tags);
+}
+
+/// Everything the libvirt provider needs to define one domain.
+struct domain_spec {
+  std::string name;
+  std::string domain_type; // "test" for the test driver, "qemu" or "kvm"
+  uint32_t vcpus = 1;
+  uint32_t memory_mib = 128;
+  std::string network;     // libvirt network for the NIC; empty = no NIC
+  std::string console_log; // path of the serial console log; empty = none
+  domain_mark mark;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, domain_spec& x) {
+  return f(caf::meta::type_name("domain_spec"), x.name, x.domain_type, x.vcpus,
+           x.memory_mib, x.network, x.console_log, x.mark);
+}
+
+/// libvirt's virDomainState, in our own words.
+enum class domain_state : uint8_t {
+  nostate = 0,
+  running = 1,
+  blocked = 2,
+  paused = 3,
+  shutdown = 4,
+  shutoff = 5,
+  crashed = 6,
+  pmsuspended = 7,
+};
+
+const char* to_string(domain_state x);
+
+/// What one poll read back about one domain.
+struct domain_reading {
+  std::string name;
+  bool exists = false;
+  domain_state state = domain_state::nostate;
+  bool has_mark = false;
+  domain_mark mark;
+  std::vector<std::string> addresses; // "10.0.0.5" (no prefix length)
+  std::vector<std::string> notes;     // per-source failures that did not fail the read
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, domain_reading& x) {
+  return f(caf::meta::type_name("domain_reading"), x.name, x.exists, x.state,
+           x.has_mark, x.mark, x.addresses, x.notes);
+}
+
+// -- status snapshots ---------------------------------------------------------
+
+enum class link_state : uint8_t { dialing = 0, up = 1, dead = 2 };
+
+const char* to_string(link_state x);
+
+struct link_status {
+  std::string host;
+  link_state state = link_state::dialing;
+  std::string reason;   // why it is dead (empty otherwise)
+  uint32_t in_flight = 0;
+  uint32_t queued = 0;
+  uint32_t limit = 0;
+  uint64_t dials = 0;   // connections opened so far
+  uint64_t deaths = 0;  // times this link was marked dead
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_status& x) {
+  return f(caf::meta::type_name("link_status"), x.host, x.state, x.reason,
+           x.in_flight, x.queued, x.limit, x.dials, x.deaths);
+}
+
+enum class proxy_phase : uint8_t {
+  pending = 0,      // declared, nothing done yet
+  creating = 1,     // define + start in progress
+  provisioning = 2, // running, no address yet
+  running = 3,      // running with an address
+  failed = 4,       // a permanent error; needs a config change or operator
+  deleting = 5,
+  deleted = 6,
+};
+
+const char* to_string(proxy_phase x);
+
+struct proxy_status {
+  std::string name;
+  std::string host;
+  proxy_phase phase = proxy_phase::pending;
+  std::string address;
+  std::string uid;
+  std::string created_at; // from the mark: survives restarts
+  bool adopted = false;   // found by its mark instead of created by us
+  std::string last_error; // rendered error, empty when the last poll was fine
+  std::string last_error_kind;
+  uint64_t polls = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, proxy_status& x) {
+  return f(caf::meta::type_name("proxy_status"), x.name, x.host, x.phase,
+           x.address, x.uid, x.created_at, x.adopted, x.last_error,
+           x.last_error_kind, x.polls);
+}
+
+struct fleet_status {
+  std::string entry;
+  std::vector<link_status> links;
+  std::vector<proxy_status> proxies;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
+  return f(caf::meta::type_name("fleet_status"), x.entry, x.links, x.proxies);
+}
+
+/// Broadcast by a host link when it dies, before its transport is killed.
+struct link_down {
+  std::string host;
+  std::string reason;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_down& x) {
+  return f(caf::meta::type_name("link_down"), x.host, x.reason);
+}
+
+} // namespace egress

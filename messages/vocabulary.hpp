@@ -1,0 +1,33 @@
+#pragma once
+// The engine's message vocabulary in one place: every atom and every message
+// type, in one CAF type-ID block (the model is Zeek Broker's fwd.hh). Adding a
+// message means adding it here, so a reviewer sees the whole protocol at once.
+
+#include <caf/atom.hpp>
+#include <caf/type_id.hpp>
+
+#include "messages/types.hpp"
+
+CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
+
+  CAF_ADD_TYPE_ID(egress, (egress::domain_mark))
+  CAF_ADD_TYPE_ID(egress, (egress::proxy_spec))
+  CAF_ADD_TYPE_ID(egress, (egress::domain_spec))
+  CAF_ADD_TYPE_ID(egress, (egress::domain_reading))
+  CAF_ADD_TYPE_ID(egress, (egress::link_status))
+  CAF_ADD_TYPE_ID(egress, (egress::proxy_status))
+  CAF_ADD_TYPE_ID(egress, (egress::fleet_status))
+  CAF_ADD_TYPE_ID(egress, (egress::link_down))
+
+  // Atoms are at most 10 characters in CAF 0.17.
+  CAF_ADD_ATOM(egress, egress::atom, status, "status")
+  CAF_ADD_ATOM(egress, egress::atom, call, "call")
+  CAF_ADD_ATOM(egress, egress::atom, run, "run")
+  CAF_ADD_ATOM(egress, egress::atom, subscribe, "subscribe")
+  CAF_ADD_ATOM(egress, egress::atom, kill, "kill")
+  CAF_ADD_ATOM(egress, egress::atom, shutdown, "shutdown")
+  CAF_ADD_ATOM(egress, egress::atom, poll, "poll")
+  CAF_ADD_ATOM(egress, egress::atom, erase, "erase")
+  CAF_ADD_ATOM(egress, egress::atom, link, "link")
+
+CAF_END_TYPE_ID_BLOCK(egress)

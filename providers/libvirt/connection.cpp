@@ -1,0 +1,44 @@
+#include "providers/libvirt/connection.hpp"
+
+#include <mutex>
+
+#include <libvirt/virterror.h>
+
+#include "providers/libvirt/error.hpp"
+
+namespace egress::lv {
+
+void domain_deleter::operator()(virDomainPtr p) const noexcept { virDomainFree(p); }
+void pool_deleter::operator()(virStoragePoolPtr p) const noexcept { virStoragePoolFree(p); }
+void volume_deleter::operator()(virStorageVolPtr p) const noexcept { virStorageVolFree(p); }
+void stream_deleter::operator()(virStreamPtr p) const noexcept { virStreamFree(p); }
+void network_deleter::operator()(virNetworkPtr p) const noexcept { virNetworkFree(p); }
+
+namespace {
+
+void ignore_error(void*, virErrorPtr) {
+  // Errors reach the engine through lv::last_error; libvirt's default
+  // handler would also print every expected failure (a missing domain) to
+  // stderr.
+}
+
+} // namespace
+
+caf::expected<std::shared_ptr<connection>> connection::open(const std::string& uri) {
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { virSetErrorFunc(nullptr, ignore_error); });
+  auto c = virConnectOpen(uri.c_str());
+  if (c == nullptr)
+    return last_error("open " + uri);
+  return std::shared_ptr<connection>{new connection(c, uri)};
+}
+
+connection::~connection() {
+  virConnectClose(conn_);
+}
+
+bool connection::alive() const noexcept {
+  return virConnectIsAlive(conn_) == 1;
+}
+
+} // namespace egress::lv

@@ -1,0 +1,51 @@
+#pragma once
+// RAII wrappers for libvirt's handles. All of these calls block: they run only
+// inside detached actors (actors/call), never on a scheduler thread.
+
+#include <memory>
+#include <string>
+
+#include <caf/expected.hpp>
+
+#include <libvirt/libvirt.h>
+
+namespace egress::lv {
+
+struct domain_deleter { void operator()(virDomainPtr p) const noexcept; };
+struct pool_deleter { void operator()(virStoragePoolPtr p) const noexcept; };
+struct volume_deleter { void operator()(virStorageVolPtr p) const noexcept; };
+struct stream_deleter { void operator()(virStreamPtr p) const noexcept; };
+struct network_deleter { void operator()(virNetworkPtr p) const noexcept; };
+
+using domain_ptr = std::unique_ptr<virDomain, domain_deleter>;
+using pool_ptr = std::unique_ptr<virStoragePool, pool_deleter>;
+using volume_ptr = std::unique_ptr<virStorageVol, volume_deleter>;
+using stream_ptr = std::unique_ptr<virStream, stream_deleter>;
+using network_ptr = std::unique_ptr<virNetwork, network_deleter>;
+
+/// One open libvirt connection. Closed by the destructor (virConnectClose),
+/// which may block briefly: the last owner is always a detached actor.
+class connection {
+public:
+  /// Opens `uri` (virConnectOpen). Errors are classified (lv::last_error).
+  static caf::expected<std::shared_ptr<connection>> open(const std::string& uri);
+
+  ~connection();
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  virConnectPtr get() const noexcept { return conn_; }
+  const std::string& uri() const noexcept { return uri_; }
+
+  /// virConnectIsAlive: false once the transport is gone.
+  bool alive() const noexcept;
+
+private:
+  connection(virConnectPtr c, std::string uri) : conn_(c), uri_(std::move(uri)) {}
+  virConnectPtr conn_;
+  std::string uri_;
+};
+
+using connection_ptr = std::shared_ptr<connection>;
+
+} // namespace egress::lv

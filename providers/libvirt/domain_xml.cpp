@@ -1,0 +1,222 @@
+#include "providers/libvirt/domain_xml.hpp"
+
+#include <sstream>
+
+#include <pugixml.hpp>
+
+#include "messages/error.hpp"
+#include "providers/libvirt/names.hpp"
+
+namespace egress::lv {
+
+namespace {
+
+// -- validation ---------------------------------------------------------------
+
+caf::error bad(const std::string& what, std::string_view value, const char* rule) {
+  return make_error(ec::invalid_argument,
+                    what + ": " + quote(value) + " is not valid (" + rule + ")");
+}
+
+bool all_of(std::string_view s, bool (*pred)(char)) {
+  for (auto c : s)
+    if (!pred(c))
+      return false;
+  return true;
+}
+
+bool lower_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+bool timestamp_char(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
+         || c == ':' || c == '.' || c == '+' || c == '-';
+}
+
+bool path_char(char c) {
+  return c >= 0x20 && c <= 0x7e;
+}
+
+caf::error check_mark(const std::string& at, const domain_mark& m) {
+  if (auto err = check_name(at + ".uid", m.uid))
+    return err;
+  if (auto err = check_name(at + ".entry", m.entry))
+    return err;
+  if (m.created_at.empty() || m.created_at.size() > 64 || !all_of(m.created_at, timestamp_char))
+    return bad(at + ".created_at", m.created_at, "must be an RFC 3339 timestamp");
+  if (m.spec_hash.empty() || m.spec_hash.size() > 128 || !all_of(m.spec_hash, lower_hex))
+    return bad(at + ".spec_hash", m.spec_hash, "must be lowercase hex");
+  for (size_t i = 0; i < m.tags.size(); ++i)
+    if (auto err = check_tag(at + ".tags[" + std::to_string(i) + "]", m.tags[i]))
+      return err;
+  return {};
+}
+
+caf::error check_spec(const domain_spec& s) {
+  if (auto err = check_name("domain.name", s.name))
+    return err;
+  if (auto err = check_name("domain.type", s.domain_type))
+    return err;
+  if (s.vcpus == 0)
+    return make_error(ec::invalid_argument, "domain.vcpus: must be at least 1");
+  if (s.memory_mib == 0)
+    return make_error(ec::invalid_argument, "domain.memory_mib: must be at least 1");
+  if (!s.network.empty())
+    if (auto err = check_name("domain.network", s.network))
+      return err;
+  if (!s.console_log.empty()) {
+    auto& p = s.console_log;
+    if (p.front() != '/' || p.size() > 4096 || !all_of(p, path_char)
+        || (p + "/").find("/../") != std::string::npos)
+      return bad("domain.console_log", p,
+                 "must be an absolute path of printable ASCII without '..'");
+  }
+  return check_mark("domain.mark", s.mark);
+}
+
+// -- building -----------------------------------------------------------------
+
+std::string qualified(const char* local) {
+  return std::string{mark_prefix} + ":" + local;
+}
+
+void add_text(pugi::xml_node parent, const char* local, const std::string& text) {
+  parent.append_child(qualified(local).c_str()).text().set(text.c_str());
+}
+
+void append_mark(pugi::xml_node parent, const domain_mark& m) {
+  auto mark = parent.append_child(qualified("mark").c_str());
+  mark.append_attribute((std::string{"xmlns:"} + mark_prefix).c_str()) = mark_namespace;
+  add_text(mark, "uid", m.uid);
+  add_text(mark, "created-at", m.created_at);
+  add_text(mark, "entry", m.entry);
+  add_text(mark, "spec-hash", m.spec_hash);
+  auto tags = mark.append_child(qualified("tags").c_str());
+  for (auto& t : m.tags)
+    add_text(tags, "tag", t);
+}
+
+void add_file_source(pugi::xml_node dev, const std::string& path) {
+  dev.append_attribute("type") = "file";
+  dev.append_child("source").append_attribute("path") = path.c_str();
+}
+
+std::string render(const pugi::xml_document& doc) {
+  std::ostringstream out;
+  doc.save(out, "  ", pugi::format_default | pugi::format_no_declaration);
+  return out.str();
+}
+
+// -- parsing ------------------------------------------------------------------
+
+std::string_view local_name(pugi::xml_node n) {
+  std::string_view name = n.name();
+  auto colon = name.find(':');
+  return colon == std::string_view::npos ? name : name.substr(colon + 1);
+}
+
+// pugixml does not resolve namespaces: look up the declaration of the
+// element's prefix on the element itself or its ancestors.
+std::string_view namespace_of(pugi::xml_node n) {
+  std::string_view name = n.name();
+  auto colon = name.find(':');
+  std::string decl = colon == std::string_view::npos
+                       ? std::string{"xmlns"}
+                       : "xmlns:" + std::string{name.substr(0, colon)};
+  for (auto p = n; p.type() == pugi::node_element; p = p.parent())
+    if (auto a = p.attribute(decl.c_str()))
+      return a.value();
+  return {};
+}
+
+domain_mark read_mark(pugi::xml_node node) {
+  domain_mark m;
+  for (auto child : node.children()) {
+    auto name = local_name(child);
+    if (name == "uid")
+      m.uid = child.text().get();
+    else if (name == "created-at")
+      m.created_at = child.text().get();
+    else if (name == "entry")
+      m.entry = child.text().get();
+    else if (name == "spec-hash")
+      m.spec_hash = child.text().get();
+    else if (name == "tags")
+      for (auto tag : child.children())
+        if (local_name(tag) == "tag")
+          m.tags.emplace_back(tag.text().get());
+  }
+  return m;
+}
+
+} // namespace
+
+caf::expected<std::string> build_domain_xml(const domain_spec& spec) {
+  if (auto err = check_spec(spec))
+    return err;
+  pugi::xml_document doc;
+  auto dom = doc.append_child("domain");
+  dom.append_attribute("type") = spec.domain_type.c_str();
+  dom.append_child("name").text().set(spec.name.c_str());
+  auto mem = dom.append_child("memory");
+  mem.append_attribute("unit") = "MiB";
+  mem.text().set(spec.memory_mib);
+  dom.append_child("vcpu").text().set(spec.vcpus);
+  auto type = dom.append_child("os").append_child("type");
+  type.append_attribute("arch") = "x86_64";
+  type.text().set("hvm");
+  append_mark(dom.append_child("metadata"), spec.mark);
+  auto devices = dom.append_child("devices");
+  if (!spec.network.empty()) {
+    auto nic = devices.append_child("interface");
+    nic.append_attribute("type") = "network";
+    nic.append_child("source").append_attribute("network") = spec.network.c_str();
+    nic.append_child("model").append_attribute("type") = "virtio";
+  }
+  if (!spec.console_log.empty()) {
+    auto serial = devices.append_child("serial");
+    add_file_source(serial, spec.console_log);
+    serial.append_child("target").append_attribute("port") = 0;
+    // The console aliases the first serial port, so it names the same file.
+    auto console = devices.append_child("console");
+    add_file_source(console, spec.console_log);
+    auto target = console.append_child("target");
+    target.append_attribute("type") = "serial";
+    target.append_attribute("port") = 0;
+  }
+  return render(doc);
+}
+
+caf::expected<std::string> build_mark_xml(const domain_mark& mark) {
+  if (auto err = check_mark("mark", mark))
+    return err;
+  pugi::xml_document doc;
+  append_mark(doc, mark);
+  return render(doc);
+}
+
+caf::expected<std::optional<domain_mark>> parse_mark(std::string_view xml) {
+  pugi::xml_document doc;
+  auto res = doc.load_buffer(xml.data(), xml.size());
+  if (!res)
+    return make_error(ec::xml_error, std::string{"parse mark: "} + res.description()
+                                       + " at offset " + std::to_string(res.offset));
+  auto root = doc.document_element();
+  // A full domain: the mark is the <metadata> child in our namespace, under
+  // whatever prefix libvirt chose to write.
+  if (local_name(root) == "domain") {
+    for (auto child : root.child("metadata").children())
+      if (local_name(child) == "mark" && namespace_of(child) == mark_namespace)
+        return std::optional{read_mark(child)};
+    return std::optional<domain_mark>{};
+  }
+  // A bare element: virDomainGetMetadata returns it with the namespace
+  // stripped, so no namespace at all is ours too.
+  auto ns = namespace_of(root);
+  if (local_name(root) == "mark" && (ns.empty() || ns == mark_namespace))
+    return std::optional{read_mark(root)};
+  return std::optional<domain_mark>{};
+}
+
+} // namespace egress::lv

@@ -1,0 +1,49 @@
+#pragma once
+// Domain operations: synchronous, blocking, one libvirt round trip or a few.
+// Called only from detached call actors.
+
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "messages/types.hpp"
+#include "providers/libvirt/connection.hpp"
+
+namespace egress::lv {
+
+/// Address sources, tried in the configured order.
+enum class address_source { lease, agent, arp };
+
+/// Parses "lease" / "agent" / "arp".
+caf::expected<address_source> parse_address_source(const std::string& s);
+
+/// Reads one domain back: existence, state, mark and addresses. A missing
+/// domain is not an error: it yields exists == false. Addresses are read only
+/// for a running domain, trying `sources` in order; the first source that
+/// answers with at least one IPv4/IPv6 address wins. A source that fails while
+/// another answers (even empty) is recorded in `notes`; if every source
+/// fails the whole read is a transient ec::no_address_source error (an
+/// unreadable address is not a missing one, seed H3).
+caf::expected<domain_reading>
+read_domain(connection& c, const std::string& name,
+            const std::vector<address_source>& sources);
+
+/// Lists every domain whose mark names `entry`, with state (no addresses).
+caf::expected<std::vector<domain_reading>>
+list_marked(connection& c, const std::string& entry);
+
+/// Defines the domain from build_domain_xml(spec) and starts it. If the start
+/// fails, the definition made by this call is undefined again before the
+/// error is returned, so a failed attempt leaves nothing behind.
+caf::expected<domain_reading> define_and_start(connection& c,
+                                               const domain_spec& spec);
+
+/// Starts an existing, defined-but-stopped domain.
+caf::error start_domain(connection& c, const std::string& name);
+
+/// Destroys (if running) and undefines the domain. A domain that does not
+/// exist is success (the goal state is reached).
+caf::error delete_domain(connection& c, const std::string& name);
+
+} // namespace egress::lv

@@ -1,0 +1,73 @@
+#include "providers/libvirt/names.hpp"
+
+#include <cstdio>
+#include <string>
+
+#include "messages/error.hpp"
+
+namespace egress::lv {
+
+namespace {
+
+// Long enough to recognize a value, short enough to keep a log line readable.
+constexpr size_t shown_max = 64;
+
+bool lower_alnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+bool printable_ascii(char c) {
+  return c >= 0x20 && c <= 0x7e;
+}
+
+} // namespace
+
+std::string quote(std::string_view value) {
+  std::string out = "\"";
+  for (auto c : value.substr(0, shown_max)) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (printable_ascii(c)) {
+          out += c;
+        } else {
+          char buf[5];
+          std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+          out += buf;
+        }
+    }
+  }
+  out += '"';
+  if (value.size() > shown_max)
+    out += "... (" + std::to_string(value.size()) + " characters)";
+  return out;
+}
+
+caf::error check_name(std::string_view what, std::string_view value) {
+  bool ok = !value.empty() && value.size() <= 63 && lower_alnum(value.front())
+            && lower_alnum(value.back());
+  for (size_t i = 0; ok && i < value.size(); ++i)
+    ok = lower_alnum(value[i]) || value[i] == '-';
+  if (ok)
+    return {};
+  return make_error(ec::invalid_name, std::string{what} + ": " + quote(value)
+                                        + " is not a valid name (must match "
+                                        + name_pattern + ")");
+}
+
+caf::error check_tag(std::string_view what, std::string_view value) {
+  bool ok = !value.empty() && value.size() <= 64;
+  for (size_t i = 0; ok && i < value.size(); ++i)
+    ok = printable_ascii(value[i]);
+  if (ok)
+    return {};
+  return make_error(ec::invalid_argument,
+                    std::string{what} + ": " + quote(value)
+                      + " is not a valid tag (must be 1..64 printable ASCII characters)");
+}
+
+} // namespace egress::lv

@@ -1,0 +1,30 @@
+#pragma once
+// Every user-supplied name is checked against one strict pattern before it can
+// reach libvirt XML, a volume name or a file path. pugixml escapes what it
+// writes, but a name that is merely escaped can still be a path ("../x"), too
+// long for a volume, or confusing in a log; refusing it early is simpler.
+
+#include <string>
+#include <string_view>
+
+#include <caf/error.hpp>
+
+namespace egress::lv {
+
+/// The pattern, for error messages and docs.
+inline constexpr const char* name_pattern = "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?";
+
+/// Quotes `value` for an error message: control and non-ASCII bytes as \xNN,
+/// long values cut short with their length noted.
+std::string quote(std::string_view value);
+
+/// Returns an empty error if `value` matches name_pattern, otherwise a
+/// permanent ec::invalid_name error that names `what` and shows the value
+/// (escaped so that control characters cannot garble a terminal).
+caf::error check_name(std::string_view what, std::string_view value);
+
+/// A tag is a free-form label: 1..64 printable ASCII characters, no control
+/// characters. It reaches XML only as escaped text content.
+caf::error check_tag(std::string_view what, std::string_view value);
+
+} // namespace egress::lv

@@ -1,0 +1,190 @@
+// caf-run: the engine as a daemon.
+//
+//   caf-run --config-file=FILE [--dump-config] [CAF options...]
+//
+// A hand-written main (not CAF_MAIN, which discards caf_main's return value)
+// so that the exit code means something:
+//   0  clean shutdown after SIGINT/SIGTERM
+//   1  the engine could not start
+//   2  usage or configuration error (nothing was started)
+//   3  shutdown exceeded its bound and the process was ended hard
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "messages/error.hpp"
+#include "runtime/config.hpp"
+#include "runtime/config_dump.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/log.hpp"
+#include "runtime/status_table.hpp"
+
+namespace {
+
+constexpr int exit_ok = 0;
+constexpr int exit_start_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_forced = 3;
+
+const char* usage_text =
+  "usage: caf-run --config-file=FILE [--dump-config] [--long-help]\n"
+  "\n"
+  "Runs the egress fleet engine on the hosts and proxies FILE declares.\n"
+  "FILE uses CAF's INI dialect (';' comments, [sections], lists of {k=v}).\n"
+  "Every key of the [engine] section is checked: an unknown key, a wrong\n"
+  "type or a missing required key is an error naming the file and the key.\n"
+  "\n"
+  "  --config-file=FILE  the configuration (required)\n"
+  "  --dump-config       print the validated configuration with defaults, exit\n"
+  "  --help              this text\n"
+  "  --long-help         CAF's own options (scheduler, logger, middleman)\n"
+  "\n"
+  "Signals: SIGINT/SIGTERM stop the engine (links are killed first, then the\n"
+  "actors stop, within engine.shutdown-timeout). Exit codes: 0 clean stop,\n"
+  "1 could not start, 2 usage or configuration error, 3 forced stop.\n"
+  "Logs go to stderr (EGRESS_LOG=error|warn|info|debug); the status table to\n"
+  "stdout.\n"
+  "See config/default.ini and config/hosts-example.ini for every key.\n";
+
+// Ends the process hard if a stop takes longer than its bound. A detached
+// actor blocked in a call that no kill can reach would otherwise hold the
+// actor system's destructor forever (notes/caf.md, pitfall 1).
+class stop_watchdog {
+public:
+  explicit stop_watchdog(caf::timespan bound) {
+    th_ = std::thread([this, bound] {
+      std::unique_lock<std::mutex> guard{mtx_};
+      if (!cv_.wait_for(guard, bound, [this] { return done_; })) {
+        static const char msg[] = "caf-run: shutdown exceeded its bound; exiting hard\n";
+        auto rc = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void) rc;
+        ::_exit(exit_forced);
+      }
+    });
+  }
+  ~stop_watchdog() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      done_ = true;
+    }
+    cv_.notify_all();
+    th_.join();
+  }
+
+private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread th_;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Signals are handled by this thread alone, synchronously: block them
+  // before the actor system starts its threads, which inherit the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  bool dump = false;
+  bool have_config = false;
+  std::vector<char*> args{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "-?") {
+      std::cout << usage_text;
+      return exit_ok;
+    }
+    if (a == "--dump-config") {
+      dump = true;
+      continue;
+    }
+    if (a.rfind("--config-file=", 0) == 0)
+      have_config = true;
+    args.push_back(argv[i]);
+  }
+  caf::actor_system_config cfg;
+  egress::configure(cfg);
+  if (auto err = cfg.parse(static_cast<int>(args.size()), args.data())) {
+    std::cerr << "caf-run: " << (cfg.config_file_path.empty() ? "" : cfg.config_file_path + ": ")
+              << "cannot parse: " << cfg.render(err) << "\n";
+    return exit_usage;
+  }
+  if (cfg.cli_helptext_printed)
+    return exit_ok;
+  if (!have_config) {
+    std::cerr << "caf-run: --config-file=FILE is required (try --help)\n";
+    return exit_usage;
+  }
+  if (!cfg.remainder.empty()) {
+    std::cerr << "caf-run: unexpected argument \"" << cfg.remainder.front()
+              << "\" (try --help)\n";
+    return exit_usage;
+  }
+  auto ec = egress::load_engine_config(cfg);
+  if (!ec) {
+    std::cerr << "caf-run: invalid configuration:\n" << egress::detail(ec.error()) << "\n";
+    return exit_usage;
+  }
+  if (dump) {
+    std::cout << egress::dump_config(*ec);
+    return exit_ok;
+  }
+  auto bound = ec->shutdown_timeout;
+  int rc = exit_ok;
+  {
+    // Declared before the actor system so that it is destroyed after it: the
+    // watchdog covers the engine's stop and the system's destructor, which
+    // joins every detached thread.
+    std::optional<stop_watchdog> watchdog;
+    caf::actor_system sys{cfg};
+    auto eng = egress::engine::start(sys, *ec);
+    if (!eng) {
+      std::cerr << "caf-run: cannot start: " << egress::render(eng.error()) << "\n";
+      return exit_start_failed;
+    }
+    std::string last;
+    timespec tick{0, 500'000'000};
+    for (;;) {
+      int sig = sigtimedwait(&sigs, nullptr, &tick);
+      if (sig == SIGINT || sig == SIGTERM) {
+        egress::log::info("caf-run", std::string{"received "} + strsignal(sig) + "; stopping");
+        break;
+      }
+      if (sig == SIGHUP)
+        egress::log::warn("caf-run", "SIGHUP: live reload is not implemented yet; ignored");
+      if (auto st = eng->status(std::chrono::seconds(2))) {
+        auto fp = egress::table_fingerprint(*st);
+        if (fp != last) {
+          last = fp;
+          std::cout << "\n" << egress::render_table(*st, std::time(nullptr)) << std::flush;
+        }
+      }
+    }
+    watchdog.emplace(bound + std::chrono::seconds(2));
+    if (auto err = eng->stop()) {
+      egress::log::error("caf-run", "stop: " + egress::render(err));
+      rc = exit_start_failed;
+    }
+  }
+  egress::log::info("caf-run", "stopped cleanly");
+  return rc;
+}

@@ -1,0 +1,598 @@
+#include "runtime/config.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <caf/config_option_set.hpp>
+#include <caf/config_value.hpp>
+#include <caf/settings.hpp>
+
+#include "messages/error.hpp"
+#include "providers/libvirt/names.hpp"
+
+namespace egress {
+
+namespace {
+
+using caf::config_value;
+using dict = config_value::dictionary;
+using list = config_value::list;
+
+// -- rendering ----------------------------------------------------------------
+
+// CAF's own printer gets hours, zero and negative durations wrong ("0d" for
+// 2h in 0.17.6), so durations are printed here, in the INI's own units.
+std::string pretty(caf::timespan x) {
+  auto ns = x.count();
+  if (ns == 0)
+    return "0s";
+  std::string sign = ns < 0 ? "-" : "";
+  auto abs_ns = ns < 0 ? -ns : ns;
+  static constexpr std::pair<int64_t, const char*> units[] = {
+    {3'600'000'000'000, "h"}, {60'000'000'000, "min"}, {1'000'000'000, "s"},
+    {1'000'000, "ms"},        {1'000, "us"},
+  };
+  for (auto [factor, suffix] : units)
+    if (abs_ns % factor == 0)
+      return sign + std::to_string(abs_ns / factor) + suffix;
+  return sign + std::to_string(abs_ns) + "ns";
+}
+
+// Values are quoted by lv::quote (escaped, cut short); paths are escaped the
+// same way by CAF but shown in full, since the end of a path matters most.
+std::string quoted_path(const std::string& x) {
+  return caf::to_string(config_value{x});
+}
+
+// "string \"2\"", "integer 5": what the file actually holds, for "got ...".
+std::string describe(const config_value& x) {
+  if (auto v = caf::get_if<config_value::integer>(&x))
+    return "integer " + std::to_string(*v);
+  if (auto v = caf::get_if<config_value::boolean>(&x))
+    return std::string{"boolean "} + (*v ? "true" : "false");
+  if (auto v = caf::get_if<config_value::real>(&x)) {
+    std::ostringstream out;
+    out << "number " << *v;
+    return out.str();
+  }
+  if (caf::holds_alternative<config_value::atom>(x))
+    return "atom " + caf::to_string(x);
+  if (auto v = caf::get_if<caf::timespan>(&x))
+    return "duration " + pretty(*v);
+  if (auto v = caf::get_if<std::string>(&x))
+    return "string " + lv::quote(*v);
+  if (caf::holds_alternative<list>(x))
+    return "a list";
+  if (caf::holds_alternative<dict>(x))
+    return "a dict";
+  return caf::to_string(x); // a URI literal such as <qemu:///system>
+}
+
+std::string join(const std::vector<std::string>& xs) {
+  std::string out;
+  for (auto& x : xs)
+    out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+std::string at(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string{key} : path + "." + std::string{key};
+}
+
+std::string at(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+// -- collecting problems ------------------------------------------------------
+
+// Collects one line per problem. The loader reads types first and checks
+// meaning second; a key that already has a problem (or lies under one) gets
+// no second line, so a missing name is not also reported as an invalid name.
+class problems {
+public:
+  explicit problems(const std::string& file)
+    : prefix_(file.empty() ? "" : file + ": ") {
+  }
+
+  void add(const std::string& path, const std::string& text) {
+    if (silent(path))
+      return;
+    reported_.push_back(path);
+    lines_.push_back(prefix_ + path + ": " + text);
+  }
+
+  /// Suppresses later problems at `path` whose cause is reported elsewhere.
+  void silence(const std::string& path) {
+    reported_.push_back(path);
+  }
+
+  bool empty() const {
+    return lines_.empty();
+  }
+
+  caf::error to_error() const {
+    std::string text;
+    for (auto& line : lines_)
+      text += (text.empty() ? "" : "\n") + line;
+    return make_error(ec::config_invalid, std::move(text));
+  }
+
+private:
+  bool silent(const std::string& path) const {
+    return std::any_of(reported_.begin(), reported_.end(), [&](auto& p) {
+      return path == p || (path.starts_with(p) && (path[p.size()] == '.'
+                                                   || path[p.size()] == '['));
+    });
+  }
+
+  std::string prefix_;
+  std::vector<std::string> reported_;
+  std::vector<std::string> lines_;
+};
+
+// -- semantic checks, shared by the file and the embedding API ---------------
+
+struct range {
+  int64_t lo;
+  int64_t hi;
+};
+
+constexpr range max_calls_range{1, 64};
+constexpr range vcpus_range{1, 64};
+constexpr range memory_mib_range{64, 1'048'576};
+const std::vector<std::string> known_address_sources{"lease", "agent", "arp"};
+const std::vector<std::string> known_domain_types{"test", "qemu", "kvm"};
+
+bool check_range(problems& out, const std::string& path, int64_t x, range r) {
+  if (x >= r.lo && x <= r.hi)
+    return true;
+  out.add(path, "must be between " + std::to_string(r.lo) + " and "
+                  + std::to_string(r.hi) + ", got " + std::to_string(x));
+  return false;
+}
+
+void check_positive(problems& out, const std::string& path, caf::timespan x) {
+  if (x.count() <= 0)
+    out.add(path, "must be longer than 0s, got " + pretty(x));
+}
+
+// lv::check_name and lv::check_tag word the problem as "<what>: <problem>";
+// given the key path as `what`, the prefix is dropped so the path is not
+// repeated on the line.
+void add_if(problems& out, const std::string& path, const caf::error& err) {
+  if (!err)
+    return;
+  auto text = detail(err);
+  if (text.empty())
+    text = egress::render(err);
+  if (text.starts_with(path + ": "))
+    text.erase(0, path.size() + 2);
+  out.add(path, text);
+}
+
+void check_name(problems& out, const std::string& path, const std::string& value) {
+  add_if(out, path, lv::check_name(path, value));
+}
+
+void check_optional_name(problems& out, const std::string& path,
+                         const std::string& value) {
+  if (!value.empty())
+    check_name(out, path, value);
+}
+
+bool contains(const std::vector<std::string>& xs, const std::string& x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end();
+}
+
+// The part of a libvirt URI that names the driver: "qemu" in
+// "qemu+ssh://root@hv1/system". Empty if `uri` has no "scheme://".
+std::string uri_driver(const std::string& uri) {
+  auto end = uri.find("://");
+  if (end == std::string::npos || end == 0)
+    return {};
+  auto scheme = uri.substr(0, end);
+  auto ok = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+'
+           || c == '-' || c == '.';
+  };
+  if (scheme[0] < 'a' || scheme[0] > 'z'
+      || !std::all_of(scheme.begin(), scheme.end(), ok))
+    return {};
+  return scheme.substr(0, scheme.find('+'));
+}
+
+std::string default_domain_type(const std::string& uri) {
+  return uri_driver(uri) == "test" ? "test" : "kvm";
+}
+
+// Reports duplicates in a list of names: the second occurrence, pointing at
+// the first. `first` maps each name to the path that declared it.
+void check_unique(problems& out, const std::string& path, const std::string& what,
+                  const std::string& name, const std::string& declared_at,
+                  std::map<std::string, std::string>& first) {
+  if (name.empty())
+    return;
+  auto [i, added] = first.emplace(name, declared_at);
+  if (!added)
+    out.add(path, "duplicate " + what + " " + lv::quote(name)
+                    + " (first declared at " + i->second + ")");
+}
+
+void check_host(problems& out, const std::string& path, const host_config& h,
+                std::map<std::string, std::string>& names) {
+  check_name(out, at(path, "name"), h.name);
+  check_unique(out, at(path, "name"), "host name", h.name, path, names);
+  if (uri_driver(h.uri).empty())
+    out.add(at(path, "uri"),
+            "expected a libvirt URI like qemu:///system or "
+            "qemu+ssh://root@hv1/system, got " + lv::quote(h.uri));
+  // Empty means "derive from the URI" for configs built in code.
+  if (!h.domain_type.empty() && !contains(known_domain_types, h.domain_type))
+    out.add(at(path, "domain-type"), "expected one of test, qemu, kvm, got "
+                                       + lv::quote(h.domain_type));
+  check_optional_name(out, at(path, "pool"), h.pool);
+  check_optional_name(out, at(path, "network"), h.network);
+  check_range(out, at(path, "max-calls"), h.max_calls, max_calls_range);
+  check_positive(out, at(path, "call-budget"), h.call_budget);
+  check_positive(out, at(path, "connect-timeout"), h.connect_timeout);
+  auto sources = at(path, "address-sources");
+  if (h.address_sources.empty())
+    out.add(sources, "must not be empty (choose from lease, agent, arp)");
+  for (size_t j = 0; j < h.address_sources.size(); ++j) {
+    auto& x = h.address_sources[j];
+    if (!contains(known_address_sources, x))
+      out.add(at(sources, j), "unknown address source " + lv::quote(x)
+                                + " (known: lease, agent, arp)");
+    else if (auto seen = h.address_sources.begin() + j;
+             std::find(h.address_sources.begin(), seen, x) != seen)
+      out.add(at(sources, j), "duplicate address source " + lv::quote(x));
+  }
+}
+
+void check_proxy(problems& out, const std::string& path, const proxy_spec& p,
+                 const std::map<std::string, std::string>& hosts,
+                 std::map<std::string, std::string>& names) {
+  check_name(out, at(path, "name"), p.name);
+  check_unique(out, at(path, "name"), "proxy name", p.name, path, names);
+  if (!hosts.contains(p.host)) {
+    std::vector<std::string> declared;
+    for (auto& entry : hosts)
+      declared.push_back(entry.first);
+    out.add(at(path, "host"), "undeclared host " + lv::quote(p.host)
+                                + " (declared hosts: " + join(declared) + ")");
+  }
+  check_range(out, at(path, "vcpus"), p.vcpus, vcpus_range);
+  check_range(out, at(path, "memory-mib"), p.memory_mib, memory_mib_range);
+  check_optional_name(out, at(path, "network"), p.network);
+  for (size_t j = 0; j < p.tags.size(); ++j) {
+    auto tag = at(at(path, "tags"), j);
+    add_if(out, tag, lv::check_tag(tag, p.tags[j]));
+  }
+}
+
+void check_engine(problems& out, const engine_config& cfg) {
+  check_name(out, "engine.entry", cfg.entry);
+  check_positive(out, "engine.poll-interval", cfg.poll_interval);
+  check_positive(out, "engine.shutdown-timeout", cfg.shutdown_timeout);
+  check_positive(out, "engine.redial-min", cfg.redial_min);
+  if (cfg.redial_max < cfg.redial_min)
+    out.add("engine.redial-max", "must be at least redial-min ("
+                                   + pretty(cfg.redial_min) + "), got "
+                                   + pretty(cfg.redial_max));
+  if (cfg.hosts.empty())
+    out.add("engine.hosts", "at least one host is required");
+  std::map<std::string, std::string> hosts;
+  for (size_t i = 0; i < cfg.hosts.size(); ++i)
+    check_host(out, at("engine.hosts", i), cfg.hosts[i], hosts);
+  std::map<std::string, std::string> proxies;
+  for (size_t i = 0; i < cfg.proxies.size(); ++i)
+    check_proxy(out, at("engine.proxies", i), cfg.proxies[i], hosts, proxies);
+}
+
+// -- reading the settings tree ------------------------------------------------
+
+// Reads one dict of the schema. The getters report wrong types and missing
+// required keys and leave the target at its default; finish() reports every
+// key the schema does not know, because CAF itself accepts them silently.
+class dict_reader {
+public:
+  dict_reader(problems& out, const dict& d, std::string path,
+              std::vector<std::string> known)
+    : out_(out), d_(d), path_(std::move(path)), known_(std::move(known)) {
+  }
+
+  bool has(const std::string& key) const {
+    return d_.contains(key);
+  }
+
+  std::string path(const std::string& key) const {
+    return at(path_, key);
+  }
+
+  template <class T>
+  const T* get(const std::string& key, bool required, const char* expected) {
+    auto i = d_.find(key);
+    if (i == d_.end()) {
+      if (required)
+        out_.add(path(key), "required key is missing");
+      return nullptr;
+    }
+    if (auto x = caf::get_if<T>(&i->second))
+      return x;
+    auto text = std::string{"expected "} + expected + ", got " + describe(i->second);
+    // Single quotes make an atom in CAF's INI dialect: a likely slip.
+    if constexpr (std::is_same_v<T, std::string>)
+      if (caf::holds_alternative<config_value::atom>(i->second))
+        text += " (strings take double quotes)";
+    out_.add(path(key), text);
+    return nullptr;
+  }
+
+  void read(const std::string& key, std::string& dst, bool required = false) {
+    if (auto x = get<std::string>(key, required, "a string"))
+      dst = *x;
+  }
+
+  void read(const std::string& key, caf::timespan& dst) {
+    if (auto x = get<caf::timespan>(key, false, "a duration like 2s or 250ms"))
+      dst = *x;
+  }
+
+  void read(const std::string& key, uint32_t& dst, range r) {
+    if (auto x = get<config_value::integer>(key, false, "an integer"))
+      if (check_range(out_, path(key), *x, r))
+        dst = static_cast<uint32_t>(*x);
+  }
+
+  // Keeps the default unless every element is a string, so that positions
+  // in later messages still match the file.
+  void read(const std::string& key, std::vector<std::string>& dst) {
+    auto xs = get<list>(key, false, "a list of strings");
+    if (!xs)
+      return;
+    std::vector<std::string> result;
+    for (size_t j = 0; j < xs->size(); ++j) {
+      if (auto x = caf::get_if<std::string>(&(*xs)[j]))
+        result.push_back(*x);
+      else
+        out_.add(at(path(key), j), "expected a string, got " + describe((*xs)[j]));
+    }
+    if (result.size() == xs->size())
+      dst = std::move(result);
+  }
+
+  void finish() {
+    for (auto& [key, value] : d_)
+      if (!contains(known_, key))
+        out_.add(path(key), "unknown key (known keys: " + join(known_) + ")");
+  }
+
+private:
+  problems& out_;
+  const dict& d_;
+  std::string path_;
+  std::vector<std::string> known_;
+};
+
+// Calls `f(path, dict)` for every element of a list of dicts; elements that
+// are not dicts are reported and passed as an empty dict, so that indices
+// stay aligned with the file.
+template <class F>
+void for_each_dict(problems& out, const std::string& path, const list& xs, F f) {
+  static const dict empty;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    auto d = caf::get_if<dict>(&xs[i]);
+    if (!d)
+      out.add(at(path, i), "expected a dict like {name = \"...\"}, got "
+                             + describe(xs[i]));
+    f(at(path, i), d ? *d : empty);
+  }
+}
+
+namespace fs = std::filesystem;
+
+// A path survives inside a test:// URI only if it has no characters that URI
+// parsing would interpret (spaces, '?', '#', '%').
+bool uri_safe(const std::string& path) {
+  return std::all_of(path.begin(), path.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+           || std::string_view{"/._-+~@,="}.find(c) != std::string_view::npos;
+  });
+}
+
+// Turns `test-node` into test:///abs/path, relative to the config file's
+// directory so a config and its node XML can move together.
+std::string resolve_test_node(problems& out, const std::string& path,
+                              const std::string& node, const fs::path& base) {
+  if (node.empty()) {
+    out.add(path, "must not be empty");
+    return {};
+  }
+  auto file = fs::absolute(base / node).lexically_normal();
+  std::error_code err;
+  auto status = fs::status(file, err);
+  std::string problem;
+  if (!fs::exists(status))
+    problem = "no such file: ";
+  else if (!fs::is_regular_file(status))
+    problem = "not a regular file: ";
+  else if (!std::ifstream{file})
+    problem = "cannot read ";
+  else if (!uri_safe(file.string()))
+    problem = "path cannot be used in a test:// URI (spaces, '?', '#' or '%'): ";
+  if (!problem.empty()) {
+    out.add(path, problem + quoted_path(file.string()));
+    return {};
+  }
+  return "test://" + file.string();
+}
+
+host_config read_host(problems& out, const std::string& path, const dict& d,
+                      const fs::path& base) {
+  host_config h;
+  dict_reader r{out, d, path,
+                {"name", "uri", "test-node", "domain-type", "pool", "network",
+                 "max-calls", "call-budget", "connect-timeout", "address-sources"}};
+  r.read("name", h.name, true);
+  r.read("uri", h.uri);
+  std::string node;
+  r.read("test-node", node);
+  if (r.has("uri") && r.has("test-node"))
+    out.add(r.path("test-node"), "set either uri or test-node, not both");
+  else if (r.has("test-node"))
+    h.uri = resolve_test_node(out, r.path("test-node"), node, base);
+  else if (!r.has("uri"))
+    out.add(r.path("uri"), "required key is missing (or set test-node)");
+  if (h.uri.empty())
+    out.silence(r.path("uri")); // the reason is reported already
+  h.domain_type = default_domain_type(h.uri);
+  r.read("domain-type", h.domain_type);
+  r.read("pool", h.pool);
+  r.read("network", h.network);
+  r.read("max-calls", h.max_calls, max_calls_range);
+  r.read("call-budget", h.call_budget);
+  r.read("connect-timeout", h.connect_timeout);
+  r.read("address-sources", h.address_sources);
+  r.finish();
+  return h;
+}
+
+proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
+  proxy_spec p;
+  dict_reader r{out, d, path,
+                {"name", "host", "vcpus", "memory-mib", "network", "tags"}};
+  r.read("name", p.name, true);
+  r.read("host", p.host, true);
+  r.read("vcpus", p.vcpus, vcpus_range);
+  r.read("memory-mib", p.memory_mib, memory_mib_range);
+  r.read("network", p.network);
+  r.read("tags", p.tags);
+  r.finish();
+  return p;
+}
+
+void read_engine(problems& out, const dict& d, const fs::path& base,
+                 engine_config& cfg) {
+  dict_reader r{out, d, "engine",
+                {"entry", "poll-interval", "shutdown-timeout", "redial-min",
+                 "redial-max", "hosts", "proxies"}};
+  r.read("entry", cfg.entry, true);
+  r.read("poll-interval", cfg.poll_interval);
+  r.read("shutdown-timeout", cfg.shutdown_timeout);
+  r.read("redial-min", cfg.redial_min);
+  r.read("redial-max", cfg.redial_max);
+  if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
+    for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
+      cfg.hosts.push_back(read_host(out, path, x, base));
+    });
+  if (auto xs = r.get<list>("proxies", false, "a list of dicts"))
+    for_each_dict(out, "engine.proxies", *xs, [&](auto path, auto& x) {
+      cfg.proxies.push_back(read_proxy(out, path, x));
+      // A proxy without its own network uses its host's.
+      if (!x.contains("network"))
+        for (auto& h : cfg.hosts)
+          if (h.name == cfg.proxies.back().host)
+            cfg.proxies.back().network = h.network;
+    });
+  r.finish();
+}
+
+// -- keys outside `engine` ----------------------------------------------------
+
+// custom_options_ is protected and 0.17.6 has no public accessor; a pointer to
+// member formed through a derived class may legally read it from any config.
+struct option_access : caf::actor_system_config {
+  static const caf::config_option_set& of(const caf::actor_system_config& cfg) {
+    return cfg.*(&option_access::custom_options_);
+  }
+};
+
+// CAF's options are "category.name"; top-level keys are category "global".
+bool is_category(const caf::config_option_set& opts, const std::string& name) {
+  return std::any_of(opts.begin(), opts.end(), [&](auto& o) {
+    auto c = std::string{o.category().begin(), o.category().end()};
+    return c == name || c.starts_with(name + ".");
+  });
+}
+
+std::vector<std::string> names_in(const caf::config_option_set& opts,
+                                  const std::string& category) {
+  std::vector<std::string> out;
+  for (auto& o : opts)
+    if (std::string{o.category().begin(), o.category().end()} == category)
+      out.emplace_back(o.long_name().begin(), o.long_name().end());
+  return out;
+}
+
+std::vector<std::string> sections(const caf::config_option_set& opts) {
+  std::vector<std::string> out{"engine"};
+  for (auto& o : opts) {
+    std::string c{o.category().begin(), o.category().end()};
+    if (c != "global" && !contains(out, c))
+      out.push_back(c);
+  }
+  return out;
+}
+
+// Every key outside `engine` must be an option the config declares (CAF's own
+// scheduler.*, logger.*, middleman.* ... plus any the application adds).
+// Note: CAF already dropped values of declared options that had the wrong
+// type, silently, before we see the tree; those cannot be reported here.
+void check_caf_keys(problems& out, const caf::config_option_set& opts,
+                    const dict& d, const std::string& path) {
+  for (auto& [key, value] : d) {
+    if (path.empty() && key == "engine")
+      continue;
+    auto full = at(path, key);
+    auto category = path.empty() ? std::string{"global"} : path;
+    if (caf::holds_alternative<dict>(value) && is_category(opts, full))
+      check_caf_keys(out, opts, *caf::get_if<dict>(&value), full);
+    else if (caf::holds_alternative<dict>(value) && path.empty())
+      out.add(full, "unknown section (known sections: " + join(sections(opts)) + ")");
+    else if (caf::holds_alternative<dict>(value)
+             || !opts.qualified_name_lookup(category, key))
+      out.add(full, "unknown key (known keys: " + join(names_in(opts, category)) + ")");
+  }
+}
+
+} // namespace
+
+caf::expected<engine_config> load_engine_config(const caf::actor_system_config& cfg) {
+  engine_config result;
+  result.config_file = cfg.config_file_path;
+  problems out{cfg.config_file_path};
+  auto& root = caf::content(cfg);
+  check_caf_keys(out, option_access::of(cfg), root, "");
+  // Relative test-node paths are relative to the config file, not to the
+  // working directory of whoever started the engine.
+  auto base = fs::absolute(fs::path{cfg.config_file_path}).parent_path();
+  auto i = root.find("engine");
+  if (i == root.end())
+    out.add("engine", "required section is missing");
+  else if (auto d = caf::get_if<dict>(&i->second))
+    read_engine(out, *d, base, result);
+  else
+    out.add("engine", "expected a section, got " + describe(i->second));
+  // Runs even after reading problems: keys that already have one stay silent.
+  check_engine(out, result);
+  if (!out.empty())
+    return out.to_error();
+  return result;
+}
+
+caf::error validate(const engine_config& cfg) {
+  problems out{cfg.config_file};
+  check_engine(out, cfg);
+  if (!out.empty())
+    return out.to_error();
+  return caf::none;
+}
+
+} // namespace egress

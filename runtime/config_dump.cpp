@@ -1,0 +1,73 @@
+#include "runtime/config_dump.hpp"
+
+#include <chrono>
+
+namespace egress {
+
+namespace {
+
+std::string duration(caf::timespan d) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms % 1000 == 0)
+    return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+// Strings reach this dump only after validation (names, tags, paths), but a
+// path may still hold a quote or backslash: escape both.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string list(const std::vector<std::string>& xs) {
+  std::string out = "[";
+  for (size_t i = 0; i < xs.size(); ++i)
+    out += (i ? ", " : "") + quoted(xs[i]);
+  return out + "]";
+}
+
+} // namespace
+
+std::string dump_config(const engine_config& cfg) {
+  std::string out = "; effective configuration";
+  if (!cfg.config_file.empty())
+    out += " of " + cfg.config_file;
+  out += "\n[engine]\n";
+  out += "entry = " + quoted(cfg.entry) + "\n";
+  out += "poll-interval = " + duration(cfg.poll_interval) + "\n";
+  out += "shutdown-timeout = " + duration(cfg.shutdown_timeout) + "\n";
+  out += "redial-min = " + duration(cfg.redial_min) + "\n";
+  out += "redial-max = " + duration(cfg.redial_max) + "\n";
+  out += "hosts = [\n";
+  for (auto& h : cfg.hosts) {
+    out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)
+           + ", domain-type = " + quoted(h.domain_type);
+    if (!h.pool.empty())
+      out += ", pool = " + quoted(h.pool);
+    if (!h.network.empty())
+      out += ", network = " + quoted(h.network);
+    out += ", max-calls = " + std::to_string(h.max_calls)
+           + ", call-budget = " + duration(h.call_budget)
+           + ", connect-timeout = " + duration(h.connect_timeout)
+           + ", address-sources = " + list(h.address_sources) + " },\n";
+  }
+  out += "]\nproxies = [\n";
+  for (auto& p : cfg.proxies) {
+    out += "  { name = " + quoted(p.name) + ", host = " + quoted(p.host)
+           + ", vcpus = " + std::to_string(p.vcpus)
+           + ", memory-mib = " + std::to_string(p.memory_mib);
+    if (!p.network.empty())
+      out += ", network = " + quoted(p.network);
+    out += ", tags = " + list(p.tags) + " },\n";
+  }
+  out += "]\n";
+  return out;
+}
+
+} // namespace egress

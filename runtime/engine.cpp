@@ -1,0 +1,55 @@
+#include "runtime/engine.hpp"
+
+#include <caf/scoped_actor.hpp>
+
+#include "messages/error.hpp"
+#include "messages/vocabulary.hpp"
+
+namespace egress {
+
+void configure(caf::actor_system_config& cfg) {
+  cfg.add_message_types<caf::id_block::egress>();
+  add_error_renderer(cfg);
+}
+
+caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
+                                    fleet_hooks hooks) {
+  if (auto err = validate(cfg))
+    return err;
+  auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
+  return engine{sys, std::move(f), std::move(cfg)};
+}
+
+caf::expected<fleet_status> engine::status(caf::timespan timeout) const {
+  caf::scoped_actor self{*sys_};
+  caf::expected<fleet_status> out = make_error(ec::shutting_down, "no answer");
+  self->request(fleet_, timeout, atom::status_v)
+    .receive([&](fleet_status& s) { out = std::move(s); },
+             [&](caf::error& err) { out = std::move(err); });
+  return out;
+}
+
+caf::error engine::stop(caf::timespan timeout) {
+  if (!fleet_)
+    return {};
+  if (timeout.count() <= 0)
+    timeout = cfg_.shutdown_timeout;
+  caf::scoped_actor self{*sys_};
+  self->monitor(fleet_);
+  caf::error result;
+  self->request(fleet_, timeout, atom::shutdown_v)
+    .receive([](bool) {}, [&](caf::error& err) { result = std::move(err); });
+  if (!result) {
+    bool down = false;
+    self->receive_while([&] { return !down; })(
+      [&](caf::down_msg&) { down = true; },
+      caf::after(timeout) >> [&] {
+        result = make_error(ec::shutting_down, "the fleet did not stop within the shutdown timeout");
+        down = true;
+      });
+  }
+  fleet_ = nullptr;
+  return result;
+}
+
+} // namespace egress

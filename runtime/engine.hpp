@@ -1,0 +1,59 @@
+#pragma once
+// The engine as a library: start it inside any caller's actor_system, talk to
+// it through the typed fleet interface (messages/actors.hpp), stop it.
+//
+//   caf::actor_system_config cfg;
+//   egress::configure(cfg);            // message types + error rendering
+//   caf::actor_system sys{cfg};
+//   auto eng = egress::engine::start(sys, my_config);
+//   auto st = eng->status();           // or request(eng->fleet(), ...) from an actor
+//   eng->stop();                       // before sys goes out of scope
+//
+// stop() must run before the actor system is destroyed: it kills every host
+// link first, so no detached call actor is left blocked on a dead host, and
+// the system's destructor (which joins every detached thread) cannot hang.
+
+#include <chrono>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/fleet.hpp"
+#include "messages/actors.hpp"
+#include "runtime/config.hpp"
+
+namespace egress {
+
+/// Adds the engine's message types and error renderer to `cfg`. Call it
+/// before constructing the actor_system the engine will run in.
+void configure(caf::actor_system_config& cfg);
+
+class engine {
+public:
+  /// Validates `cfg` and spawns the fleet. A config error is returned before
+  /// any actor starts.
+  static caf::expected<engine> start(caf::actor_system& sys, engine_config cfg,
+                                     fleet_hooks hooks = {});
+
+  const fleet_actor& fleet() const noexcept { return fleet_; }
+  const engine_config& config() const noexcept { return cfg_; }
+
+  /// Blocking convenience for non-actor code (never call it from an actor).
+  caf::expected<fleet_status>
+  status(caf::timespan timeout = std::chrono::seconds(5)) const;
+
+  /// Kills the links, stops the fleet and waits until it is gone, at most
+  /// `timeout` (default: the config's shutdown-timeout).
+  caf::error stop(caf::timespan timeout = caf::timespan{0});
+
+private:
+  engine(caf::actor_system& sys, fleet_actor f, engine_config cfg)
+    : sys_(&sys), fleet_(std::move(f)), cfg_(std::move(cfg)) {}
+
+  caf::actor_system* sys_;
+  fleet_actor fleet_;
+  engine_config cfg_;
+};
+
+} // namespace egress

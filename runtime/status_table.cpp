@@ -1,0 +1,83 @@
+#include "runtime/status_table.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace egress {
+
+std::time_t parse_rfc3339(const std::string& s) {
+  std::tm tm{};
+  if (s.size() != 20 || strptime(s.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm) == nullptr)
+    return -1;
+  return timegm(&tm);
+}
+
+namespace {
+
+std::string age_text(std::time_t created, std::time_t now) {
+  if (created < 0)
+    return "-";
+  auto s = std::max<std::time_t>(0, now - created);
+  char buf[32];
+  if (s < 120)
+    std::snprintf(buf, sizeof buf, "%lds", static_cast<long>(s));
+  else if (s < 7200)
+    std::snprintf(buf, sizeof buf, "%ldm", static_cast<long>(s / 60));
+  else if (s < 172800)
+    std::snprintf(buf, sizeof buf, "%ldh", static_cast<long>(s / 3600));
+  else
+    std::snprintf(buf, sizeof buf, "%ldd", static_cast<long>(s / 86400));
+  return buf;
+}
+
+std::string pad(std::string s, size_t n) {
+  if (s.size() < n)
+    s.append(n - s.size(), ' ');
+  return s;
+}
+
+} // namespace
+
+std::string render_table(const fleet_status& st, std::time_t now) {
+  std::string out;
+  for (auto& l : st.links) {
+    out += "host " + l.host + ": " + to_string(l.state);
+    if (!l.reason.empty())
+      out += " (" + l.reason + ")";
+    out += ", calls " + std::to_string(l.in_flight) + "/" + std::to_string(l.limit)
+           + ", queued " + std::to_string(l.queued) + "\n";
+  }
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"PROXY", "HOST", "STATE", "ADDRESS", "AGE", "LAST ERROR"});
+  for (auto& p : st.proxies)
+    rows.push_back({p.name, p.host, to_string(p.phase),
+                    p.address.empty() ? "-" : p.address,
+                    age_text(p.created_at.empty() ? -1 : parse_rfc3339(p.created_at), now),
+                    p.last_error});
+  std::vector<size_t> width(rows.front().size(), 0);
+  for (auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i)
+      width[i] = std::max(width[i], r[i].size());
+  for (auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i)
+      line += i + 1 < r.size() ? pad(r[i], width[i] + 2) : r[i];
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string table_fingerprint(const fleet_status& st) {
+  std::string out;
+  for (auto& l : st.links)
+    out += l.host + "|" + to_string(l.state) + "|" + l.reason + "\n";
+  for (auto& p : st.proxies)
+    out += p.name + "|" + p.host + "|" + to_string(p.phase) + "|" + p.address + "|"
+           + p.last_error + "\n";
+  return out;
+}
+
+} // namespace egress

@@ -1,0 +1,94 @@
+#pragma once
+// A real (threaded) actor system running the engine on libvirt's in-process
+// test driver, for tests that exercise whole flows.
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include <boost/test/unit_test.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "runtime/engine.hpp"
+#include "runtime/log.hpp"
+
+namespace egress::test {
+
+inline host_config test_host(std::string name, std::string uri = "test:///default") {
+  host_config h;
+  h.name = std::move(name);
+  h.uri = std::move(uri);
+  h.domain_type = "test";
+  h.network = "default";
+  h.call_budget = std::chrono::seconds(5);
+  h.connect_timeout = std::chrono::seconds(5);
+  h.address_sources = {"lease"};
+  return h;
+}
+
+inline proxy_spec test_proxy(std::string name, std::string host) {
+  proxy_spec p;
+  p.name = std::move(name);
+  p.host = std::move(host);
+  p.network = "default";
+  p.tags = {"unit"};
+  return p;
+}
+
+inline engine_config test_config(std::string entry = "unit") {
+  engine_config c;
+  c.entry = std::move(entry);
+  c.poll_interval = std::chrono::milliseconds(50);
+  c.shutdown_timeout = std::chrono::seconds(5);
+  c.redial_min = std::chrono::milliseconds(50);
+  c.redial_max = std::chrono::milliseconds(200);
+  return c;
+}
+
+struct engine_fixture {
+  static caf::actor_system_config& init(caf::actor_system_config& cfg) {
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    egress::configure(cfg);
+    return cfg;
+  }
+
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+
+  engine_fixture() {
+    log::set_level(log::level::error);
+    sys = std::make_unique<caf::actor_system>(init(cfg));
+  }
+
+  /// Polls the engine's status until `pred(status)` holds.
+  template <class Pred>
+  bool wait_status(engine& eng, Pred pred,
+                   std::chrono::milliseconds max = std::chrono::seconds(10)) {
+    auto deadline = std::chrono::steady_clock::now() + max;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (auto st = eng.status(); st && pred(*st))
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  static bool all_running(const fleet_status& st, size_t n) {
+    size_t k = 0;
+    for (auto& p : st.proxies)
+      if (p.phase == proxy_phase::running && !p.address.empty())
+        ++k;
+    return k == n;
+  }
+
+  static const proxy_status* find(const fleet_status& st, const std::string& name) {
+    for (auto& p : st.proxies)
+      if (p.name == name)
+        return &p;
+    return nullptr;
+  }
+};
+
+} // namespace egress::test

@@ -1,0 +1,534 @@
+// load_engine_config and validate: every problem in the INI file is reported,
+// one line each, with the file, the key path and what is wrong. The tests
+// pin the exact text, because an operator reads it.
+#define BOOST_TEST_MODULE config_validation
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <caf/actor_system_config.hpp>
+
+#include "messages/error.hpp"
+#include "providers/libvirt/names.hpp"
+#include "runtime/config.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* engine_keys =
+  "entry, poll-interval, shutdown-timeout, redial-min, redial-max, hosts, proxies";
+constexpr const char* proxy_keys = "name, host, vcpus, memory-mib, network, tags";
+
+// A minimal valid engine section; tests append keys or whole sections.
+constexpr const char* minimal = "[engine]\n"
+                                "entry = \"e1\"\n"
+                                "hosts = [{name = \"hv1\", uri = \"test:///default\"}]\n";
+
+struct fixture {
+  fs::path dir;
+  std::string file; // where load() writes the INI text
+
+  fixture() {
+    static int counter = 0;
+    dir = fs::temp_directory_path()
+          / ("egress-config-" + std::to_string(getpid()) + "-"
+             + std::to_string(++counter));
+    fs::create_directories(dir);
+    // Fixed before any load(): a check may build its expected text first.
+    file = (dir / "engine.ini").string();
+  }
+
+  ~fixture() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    auto path = dir / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream{path} << text;
+    return path.string();
+  }
+
+  // Loads `ini` the way caf-run does: through CAF's own parser, naming the
+  // file with --config-file.
+  caf::expected<engine_config> load(const std::string& ini) {
+    write("engine.ini", ini);
+    caf::actor_system_config cfg;
+    auto err = cfg.parse(caf::actor_system_config::string_list{"--config-file=" + file});
+    BOOST_REQUIRE_MESSAGE(!err, caf::to_string(err));
+    return load_engine_config(cfg);
+  }
+
+  // The problem text of a config that must not load.
+  std::string problems(const std::string& ini) {
+    auto result = load(ini);
+    BOOST_REQUIRE_MESSAGE(!result, "config loaded but should not have");
+    BOOST_CHECK(result.error() == ec::config_invalid);
+    BOOST_CHECK(kind_of(result.error()) == error_kind::permanent);
+    return detail(result.error());
+  }
+
+  // One expected line of the report.
+  std::string line(const std::string& key, const std::string& text) const {
+    return file + ": " + key + ": " + text;
+  }
+
+  // Expected line for a name the shared name check refuses: its text, minus
+  // the key path it was given, which the line shows already.
+  std::string bad_name(const std::string& key, const std::string& value) const {
+    return file + ": " + detail(lv::check_name(key, value));
+  }
+};
+
+// Boost builds a check's message even when the check passes, and error() of
+// an expected that holds a value is undefined: ask first.
+std::string why(const caf::expected<engine_config>& x) {
+  return x ? "" : render(x.error());
+}
+
+std::string with_proxy(const std::string& proxy) {
+  return std::string{minimal} + "proxies = [" + proxy + "]\n";
+}
+
+host_config code_host(std::string name) {
+  host_config h;
+  h.name = std::move(name);
+  h.uri = "test:///default";
+  return h;
+}
+
+proxy_spec code_proxy(std::string name, std::string host) {
+  proxy_spec p;
+  p.name = std::move(name);
+  p.host = std::move(host);
+  return p;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(config_validation_suite, fixture)
+
+// -- valid configs ------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(minimal_config_loads_with_defaults) {
+  auto cfg = load(minimal);
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK_EQUAL(cfg->config_file, file);
+  BOOST_CHECK_EQUAL(cfg->entry, "e1");
+  BOOST_CHECK(cfg->poll_interval == 2s);
+  BOOST_CHECK(cfg->shutdown_timeout == 10s);
+  BOOST_CHECK(cfg->redial_min == 500ms);
+  BOOST_CHECK(cfg->redial_max == 30s);
+  BOOST_REQUIRE_EQUAL(cfg->hosts.size(), 1u);
+  auto& h = cfg->hosts[0];
+  BOOST_CHECK_EQUAL(h.name, "hv1");
+  BOOST_CHECK_EQUAL(h.uri, "test:///default");
+  BOOST_CHECK_EQUAL(h.domain_type, "test");
+  BOOST_CHECK_EQUAL(h.pool, "");
+  BOOST_CHECK_EQUAL(h.network, "");
+  BOOST_CHECK_EQUAL(h.max_calls, 5u);
+  BOOST_CHECK(h.call_budget == 30s);
+  BOOST_CHECK(h.connect_timeout == 10s);
+  BOOST_CHECK((h.address_sources == std::vector<std::string>{"lease", "agent", "arp"}));
+  BOOST_CHECK(cfg->proxies.empty());
+}
+
+BOOST_AUTO_TEST_CASE(full_config_resolves_test_node_and_defaults) {
+  write("nodes/node.xml", "<node/>");
+  auto cfg = load("; a full config\n"
+                  "[engine]\n"
+                  "entry = \"prod-1\"\n"
+                  "poll-interval = 250ms\n"
+                  "shutdown-timeout = 1min\n"
+                  "redial-min = 1s\n"
+                  "redial-max = 1s\n"
+                  "hosts = [\n"
+                  "  {name = \"hv1\", test-node = \"nodes/node.xml\", pool = \"default\",\n"
+                  "   network = \"default\", max-calls = 64, call-budget = 5s,\n"
+                  "   connect-timeout = 3s, address-sources = [\"arp\", \"lease\"]},\n"
+                  "  {name = \"hv2\", uri = \"qemu+ssh://root@hv2/system\"},\n"
+                  "  {name = \"hv3\", uri = \"qemu:///system\", domain-type = \"qemu\"},\n"
+                  "]\n"
+                  "proxies = [\n"
+                  "  {name = \"px-1\", host = \"hv1\"},\n"
+                  "  {name = \"px-2\", host = \"hv1\", vcpus = 2, memory-mib = 1024,\n"
+                  "   network = \"other\", tags = [\"team:a\", \"eu west\"]},\n"
+                  "  {name = \"px-3\", host = \"hv2\"},\n"
+                  "]\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK_EQUAL(cfg->entry, "prod-1");
+  BOOST_CHECK(cfg->poll_interval == 250ms);
+  BOOST_CHECK(cfg->shutdown_timeout == 60s);
+  BOOST_CHECK(cfg->redial_min == 1s);
+  BOOST_CHECK(cfg->redial_max == 1s);
+  BOOST_REQUIRE_EQUAL(cfg->hosts.size(), 3u);
+  auto& hv1 = cfg->hosts[0];
+  // test:// + an absolute path gives the three slashes libvirt expects.
+  BOOST_CHECK_EQUAL(hv1.uri, "test://" + (dir / "nodes/node.xml").string());
+  BOOST_CHECK(hv1.uri.starts_with("test:///"));
+  BOOST_CHECK_EQUAL(hv1.domain_type, "test");
+  BOOST_CHECK_EQUAL(hv1.pool, "default");
+  BOOST_CHECK_EQUAL(hv1.network, "default");
+  BOOST_CHECK_EQUAL(hv1.max_calls, 64u);
+  BOOST_CHECK(hv1.call_budget == 5s);
+  BOOST_CHECK(hv1.connect_timeout == 3s);
+  BOOST_CHECK((hv1.address_sources == std::vector<std::string>{"arp", "lease"}));
+  BOOST_CHECK_EQUAL(cfg->hosts[1].domain_type, "kvm");
+  BOOST_CHECK_EQUAL(cfg->hosts[2].domain_type, "qemu");
+  BOOST_REQUIRE_EQUAL(cfg->proxies.size(), 3u);
+  auto& px1 = cfg->proxies[0];
+  BOOST_CHECK_EQUAL(px1.host, "hv1");
+  BOOST_CHECK_EQUAL(px1.vcpus, 1u);
+  BOOST_CHECK_EQUAL(px1.memory_mib, 128u);
+  BOOST_CHECK_EQUAL(px1.network, "default"); // from its host
+  BOOST_CHECK(px1.tags.empty());
+  auto& px2 = cfg->proxies[1];
+  BOOST_CHECK_EQUAL(px2.vcpus, 2u);
+  BOOST_CHECK_EQUAL(px2.memory_mib, 1024u);
+  BOOST_CHECK_EQUAL(px2.network, "other");
+  BOOST_CHECK((px2.tags == std::vector<std::string>{"team:a", "eu west"}));
+  BOOST_CHECK_EQUAL(cfg->proxies[2].network, ""); // hv2 has none: no NIC
+}
+
+BOOST_AUTO_TEST_CASE(repository_testnode_resolves_by_absolute_path) {
+  auto node = std::string{EGRESS_SOURCE_DIR} + "/config/testnode.xml";
+  auto cfg = load("[engine]\nentry = \"e1\"\nhosts = [{name = \"hv1\", test-node = \""
+                  + node + "\"}]\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK_EQUAL(cfg->hosts[0].uri,
+                    "test://" + fs::absolute(node).lexically_normal().string());
+}
+
+BOOST_AUTO_TEST_CASE(caf_own_options_are_accepted) {
+  auto cfg = load(std::string{"[scheduler]\nmax-threads = 2\npolicy = 'sharing'\n"}
+                  + "[logger]\nconsole = 'none'\n" + minimal);
+  BOOST_CHECK_MESSAGE(cfg, why(cfg));
+}
+
+BOOST_AUTO_TEST_CASE(validate_accepts_a_config_built_in_code) {
+  engine_config cfg;
+  cfg.entry = "e1";
+  cfg.hosts.push_back(code_host("hv1"));
+  cfg.proxies.push_back(code_proxy("px-1", "hv1"));
+  auto err = validate(cfg);
+  BOOST_CHECK_MESSAGE(!err, render(err));
+}
+
+// -- unknown keys -------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(unknown_key_in_engine) {
+  BOOST_CHECK_EQUAL(problems(std::string{minimal} + "pol-interval = 2s\n"),
+                    line("engine.pol-interval",
+                         std::string{"unknown key (known keys: "} + engine_keys + ")"));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_in_a_proxy) {
+  auto text = problems(with_proxy("{name = \"px-0\", host = \"hv1\"}, "
+                                  "{name = \"px-1\", host = \"hv1\", memroy-mib = 256}"));
+  BOOST_CHECK_EQUAL(text, line("engine.proxies[1].memroy-mib",
+                               std::string{"unknown key (known keys: "} + proxy_keys + ")"));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_in_a_host) {
+  auto text = problems("[engine]\nentry = \"e1\"\n"
+                       "hosts = [{name = \"hv1\", uri = \"test:///default\", max-call = 2}]\n");
+  BOOST_CHECK_EQUAL(text, line("engine.hosts[0].max-call",
+                               "unknown key (known keys: name, uri, test-node, "
+                               "domain-type, pool, network, max-calls, call-budget, "
+                               "connect-timeout, address-sources)"));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_top_level_section) {
+  BOOST_CHECK_EQUAL(problems(std::string{minimal} + "[engin]\nentry = \"e2\"\n"),
+                    line("engin", "unknown section (known sections: engine, stream, "
+                                  "scheduler, work-stealing, logger, middleman, "
+                                  "opencl, openssl)"));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_in_a_caf_section) {
+  BOOST_CHECK_EQUAL(problems(std::string{"[scheduler]\npolcy = 'sharing'\n"} + minimal),
+                    line("scheduler.polcy",
+                         "unknown key (known keys: policy, max-threads, "
+                         "max-throughput, enable-profiling, profiling-resolution, "
+                         "profiling-output-file)"));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_top_level_key) {
+  BOOST_CHECK_EQUAL(problems(std::string{"verbose = true\n"} + minimal),
+                    line("verbose", "unknown key (known keys: help, long-help, "
+                                    "dump-config, config-file)"));
+}
+
+BOOST_AUTO_TEST_CASE(missing_engine_section) {
+  BOOST_CHECK_EQUAL(problems("[scheduler]\nmax-threads = 2\n"),
+                    line("engine", "required section is missing"));
+}
+
+// -- wrong types --------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(string_for_a_duration) {
+  BOOST_CHECK_EQUAL(problems(std::string{minimal} + "poll-interval = \"2\"\n"),
+                    line("engine.poll-interval",
+                         "expected a duration like 2s or 250ms, got string \"2\""));
+}
+
+BOOST_AUTO_TEST_CASE(integer_for_a_duration) {
+  BOOST_CHECK_EQUAL(problems(std::string{minimal} + "redial-min = 500\n"),
+                    line("engine.redial-min",
+                         "expected a duration like 2s or 250ms, got integer 500"));
+}
+
+BOOST_AUTO_TEST_CASE(string_for_an_integer) {
+  BOOST_CHECK_EQUAL(problems(with_proxy("{name = \"px-1\", host = \"hv1\", vcpus = \"2\"}")),
+                    line("engine.proxies[0].vcpus", "expected an integer, got string \"2\""));
+}
+
+BOOST_AUTO_TEST_CASE(integer_for_a_string) {
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = 7\n"
+                             "hosts = [{name = \"hv1\", uri = \"test:///default\"}]\n"),
+                    line("engine.entry", "expected a string, got integer 7"));
+}
+
+BOOST_AUTO_TEST_CASE(atom_for_a_string_hints_at_quotes) {
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\n"
+                             "hosts = [{name = \"hv1\", uri = 'test'}]\n"),
+                    line("engine.hosts[0].uri", "expected a string, got atom 'test' "
+                                                "(strings take double quotes)"));
+}
+
+BOOST_AUTO_TEST_CASE(string_for_a_list_of_strings) {
+  BOOST_CHECK_EQUAL(problems(with_proxy("{name = \"px-1\", host = \"hv1\", tags = \"a\"}")),
+                    line("engine.proxies[0].tags", "expected a list of strings, got string \"a\""));
+}
+
+BOOST_AUTO_TEST_CASE(wrong_element_in_a_list_of_strings) {
+  BOOST_CHECK_EQUAL(problems(with_proxy("{name = \"px-1\", host = \"hv1\", tags = [\"a\", 5]}")),
+                    line("engine.proxies[0].tags[1]", "expected a string, got integer 5"));
+}
+
+BOOST_AUTO_TEST_CASE(dict_for_a_list_of_dicts) {
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\n"
+                             "hosts = {name = \"hv1\", uri = \"test:///default\"}\n"),
+                    line("engine.hosts", "expected a list of dicts, got a dict"));
+}
+
+BOOST_AUTO_TEST_CASE(string_in_a_list_of_dicts) {
+  BOOST_CHECK_EQUAL(problems(std::string{minimal} + "proxies = [\"px-1\"]\n"),
+                    line("engine.proxies[0]",
+                         "expected a dict like {name = \"...\"}, got string \"px-1\""));
+}
+
+// -- missing keys -------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(missing_entry) {
+  BOOST_CHECK_EQUAL(problems("[engine]\nhosts = [{name = \"hv1\", uri = \"test:///default\"}]\n"),
+                    line("engine.entry", "required key is missing"));
+}
+
+BOOST_AUTO_TEST_CASE(missing_proxy_host) {
+  BOOST_CHECK_EQUAL(problems(with_proxy("{name = \"px-1\"}")),
+                    line("engine.proxies[0].host", "required key is missing"));
+}
+
+BOOST_AUTO_TEST_CASE(missing_hosts) {
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\n"),
+                    line("engine.hosts", "required key is missing"));
+}
+
+BOOST_AUTO_TEST_CASE(empty_hosts) {
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\nhosts = []\n"),
+                    line("engine.hosts", "at least one host is required"));
+}
+
+BOOST_AUTO_TEST_CASE(host_without_uri_or_test_node) {
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\nhosts = [{name = \"hv1\"}]\n"),
+                    line("engine.hosts[0].uri", "required key is missing (or set test-node)"));
+}
+
+BOOST_AUTO_TEST_CASE(host_with_uri_and_test_node) {
+  write("node.xml", "<node/>");
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\nhosts = [{name = \"hv1\", "
+                             "uri = \"test:///default\", test-node = \"node.xml\"}]\n"),
+                    line("engine.hosts[0].test-node", "set either uri or test-node, not both"));
+}
+
+// -- names, duplicates, references --------------------------------------------
+
+BOOST_AUTO_TEST_CASE(duplicate_proxy_name) {
+  auto text = problems(with_proxy("{name = \"px-1\", host = \"hv1\"}, "
+                                  "{name = \"px-2\", host = \"hv1\"}, "
+                                  "{name = \"px-1\", host = \"hv1\"}"));
+  BOOST_CHECK_EQUAL(text, line("engine.proxies[2].name",
+                               "duplicate proxy name \"px-1\" (first declared at "
+                               "engine.proxies[0])"));
+}
+
+BOOST_AUTO_TEST_CASE(duplicate_host_name) {
+  auto text = problems("[engine]\nentry = \"e1\"\nhosts = ["
+                       "{name = \"hv1\", uri = \"test:///default\"}, "
+                       "{name = \"hv1\", uri = \"qemu:///system\"}]\n");
+  BOOST_CHECK_EQUAL(text, line("engine.hosts[1].name",
+                               "duplicate host name \"hv1\" (first declared at "
+                               "engine.hosts[0])"));
+}
+
+BOOST_AUTO_TEST_CASE(name_failing_the_pattern_reads_well) {
+  BOOST_CHECK_EQUAL(problems(with_proxy("{name = \"PX-1\", host = \"hv1\"}")),
+                    line("engine.proxies[0].name",
+                         "\"PX-1\" is not a valid name (must match "
+                         "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)"));
+}
+
+BOOST_AUTO_TEST_CASE(names_failing_the_pattern) {
+  std::vector<std::string> names{"PX-1", "a/b", "../x", std::string(300, 'a'), "-px", ""};
+  for (auto& name : names) {
+    BOOST_TEST_CONTEXT("name " << name) {
+      auto text = problems(with_proxy("{name = \"" + name + "\", host = \"hv1\"}"));
+      BOOST_CHECK_EQUAL(text, bad_name("engine.proxies[0].name", name));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(names_are_checked_everywhere) {
+  auto text = problems("[engine]\nentry = \"E1\"\nhosts = [{name = \"hv_1\", "
+                       "uri = \"test:///default\", pool = \"a b\", network = \"Net\"}]\n"
+                       "proxies = [{name = \"px-1\", host = \"hv_1\", network = \"../n\"}]\n");
+  BOOST_CHECK_EQUAL(text, bad_name("engine.entry", "E1") + "\n"
+                            + bad_name("engine.hosts[0].name", "hv_1") + "\n"
+                            + bad_name("engine.hosts[0].pool", "a b") + "\n"
+                            + bad_name("engine.hosts[0].network", "Net") + "\n"
+                            + bad_name("engine.proxies[0].network", "../n"));
+}
+
+BOOST_AUTO_TEST_CASE(bad_tag) {
+  auto long_tag = std::string(65, 't');
+  auto text = problems(with_proxy("{name = \"px-1\", host = \"hv1\", tags = [\"ok\", \""
+                                  + long_tag + "\"]}"));
+  BOOST_CHECK_EQUAL(text, file + ": " + detail(lv::check_tag("engine.proxies[0].tags[1]",
+                                                              long_tag)));
+}
+
+BOOST_AUTO_TEST_CASE(reference_to_an_undeclared_host) {
+  BOOST_CHECK_EQUAL(problems(with_proxy("{name = \"px-1\", host = \"hv9\"}")),
+                    line("engine.proxies[0].host",
+                         "undeclared host \"hv9\" (declared hosts: hv1)"));
+}
+
+BOOST_AUTO_TEST_CASE(test_node_file_missing) {
+  auto text = problems("[engine]\nentry = \"e1\"\n"
+                       "hosts = [{name = \"hv1\", test-node = \"missing.xml\"}]\n");
+  BOOST_CHECK_EQUAL(text, line("engine.hosts[0].test-node",
+                               "no such file: \"" + (dir / "missing.xml").string() + "\""));
+}
+
+BOOST_AUTO_TEST_CASE(test_node_is_a_directory) {
+  fs::create_directories(dir / "nodes");
+  auto text = problems("[engine]\nentry = \"e1\"\n"
+                       "hosts = [{name = \"hv1\", test-node = \"nodes\"}]\n");
+  BOOST_CHECK_EQUAL(text, line("engine.hosts[0].test-node",
+                               "not a regular file: \"" + (dir / "nodes").string() + "\""));
+}
+
+// -- ranges and values --------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(values_out_of_range) {
+  auto text = problems("[engine]\nentry = \"e1\"\npoll-interval = 0s\n"
+                       "redial-min = 2s\nredial-max = 1s\n"
+                       "hosts = [{name = \"hv1\", max-calls = 65,\n"
+                       "  call-budget = -1s, domain-type = \"xen\", uri = \"hv1\"}]\n"
+                       "proxies = [{name = \"px-1\", host = \"hv1\", vcpus = 0, memory-mib = 32}]\n");
+  BOOST_CHECK_EQUAL(text,
+                    line("engine.hosts[0].max-calls", "must be between 1 and 64, got 65") + "\n"
+                      + line("engine.proxies[0].vcpus", "must be between 1 and 64, got 0") + "\n"
+                      + line("engine.proxies[0].memory-mib",
+                             "must be between 64 and 1048576, got 32") + "\n"
+                      + line("engine.poll-interval", "must be longer than 0s, got 0s") + "\n"
+                      + line("engine.redial-max",
+                             "must be at least redial-min (2s), got 1s") + "\n"
+                      + line("engine.hosts[0].uri",
+                             "expected a libvirt URI like qemu:///system or "
+                             "qemu+ssh://root@hv1/system, got \"hv1\"") + "\n"
+                      + line("engine.hosts[0].domain-type",
+                             "expected one of test, qemu, kvm, got \"xen\"") + "\n"
+                      + line("engine.hosts[0].call-budget", "must be longer than 0s, got -1s"));
+}
+
+BOOST_AUTO_TEST_CASE(address_sources) {
+  auto hosts = [](const std::string& sources) {
+    return "[engine]\nentry = \"e1\"\nhosts = [{name = \"hv1\", uri = \"test:///default\", "
+           "address-sources = " + sources + "}]\n";
+  };
+  BOOST_CHECK_EQUAL(problems(hosts("[]")),
+                    line("engine.hosts[0].address-sources",
+                         "must not be empty (choose from lease, agent, arp)"));
+  BOOST_CHECK_EQUAL(problems(hosts("[\"lease\", \"dhcp\", \"lease\"]")),
+                    line("engine.hosts[0].address-sources[1]",
+                         "unknown address source \"dhcp\" (known: lease, agent, arp)") + "\n"
+                      + line("engine.hosts[0].address-sources[2]",
+                             "duplicate address source \"lease\""));
+}
+
+// -- several problems at once -------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(all_problems_are_reported_together) {
+  auto text = problems("[schduler]\npolicy = 'sharing'\n"
+                       "[engine]\npoll-interval = \"2\"\n"
+                       "hosts = [{name = \"hv1\", uri = \"test:///default\"}]\n"
+                       "proxies = [{name = \"px-1\", host = \"hv2\", memroy-mib = 256},\n"
+                       "           {name = \"px-1\", host = \"hv1\"}]\n");
+  BOOST_CHECK_EQUAL(text,
+                    line("schduler", "unknown section (known sections: engine, stream, "
+                                     "scheduler, work-stealing, logger, middleman, "
+                                     "opencl, openssl)") + "\n"
+                      + line("engine.entry", "required key is missing") + "\n"
+                      + line("engine.poll-interval",
+                             "expected a duration like 2s or 250ms, got string \"2\"") + "\n"
+                      + line("engine.proxies[0].memroy-mib",
+                             std::string{"unknown key (known keys: "} + proxy_keys + ")") + "\n"
+                      + line("engine.proxies[0].host",
+                             "undeclared host \"hv2\" (declared hosts: hv1)") + "\n"
+                      + line("engine.proxies[1].name",
+                             "duplicate proxy name \"px-1\" (first declared at "
+                             "engine.proxies[0])"));
+}
+
+// -- validate() on configs built in code --------------------------------------
+
+BOOST_AUTO_TEST_CASE(validate_reports_without_a_file_prefix) {
+  engine_config cfg;
+  cfg.entry = "e1";
+  cfg.hosts.push_back(code_host("hv1"));
+  cfg.hosts.push_back(code_host("hv1"));
+  cfg.proxies.push_back(code_proxy("px-1", "hv1"));
+  cfg.proxies.push_back(code_proxy("px-1", "hv2"));
+  cfg.proxies[0].memory_mib = 0;
+  auto err = validate(cfg);
+  BOOST_REQUIRE(err);
+  BOOST_CHECK(err == ec::config_invalid);
+  BOOST_CHECK_EQUAL(detail(err),
+                    "engine.hosts[1].name: duplicate host name \"hv1\" "
+                    "(first declared at engine.hosts[0])\n"
+                    "engine.proxies[0].memory-mib: must be between 64 and 1048576, got 0\n"
+                    "engine.proxies[1].name: duplicate proxy name \"px-1\" "
+                    "(first declared at engine.proxies[0])\n"
+                    "engine.proxies[1].host: undeclared host \"hv2\" (declared hosts: hv1)");
+}
+
+BOOST_AUTO_TEST_CASE(validate_requires_names_and_hosts) {
+  engine_config cfg;
+  cfg.config_file = "app.ini";
+  auto err = validate(cfg);
+  BOOST_CHECK_EQUAL(detail(err), "app.ini: " + detail(lv::check_name("engine.entry", ""))
+                                   + "\napp.ini: engine.hosts: at least one host is required");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,166 @@
+// host_link on the deterministic scheduler: budgets fired by the virtual
+// clock, dead-before-kill ordering, admission limit, no blocking on a
+// scheduler thread.
+#define BOOST_TEST_MODULE host_link
+#include <boost/test/unit_test.hpp>
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/host_link.hpp"
+#include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "support/det_fixture.hpp"
+#include "support/test_transport.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct fixture : test::det_fixture {
+  std::shared_ptr<test::kill_probe> probe = std::make_shared<test::kill_probe>();
+
+  host_link_actor spawn_link(caf::timespan budget = 1s, uint32_t limit = 5) {
+    host_link_options o;
+    o.host = "hv1";
+    o.max_calls = limit;
+    o.call_budget = budget;
+    o.connect_timeout = 5s;
+    o.make_transport = test::test_transports("test:///default", probe);
+    auto link = sys.spawn(make_host_link, std::move(o));
+    BOOST_REQUIRE(run_until([&] { return link_of(link).state == link_state::up; }));
+    return link;
+  }
+
+  host_link_state& link_of(const host_link_actor& h) {
+    return state_of<host_link_state>(h);
+  }
+
+  // A job that blocks until the transport is killed, as a libvirt call on a
+  // dead host blocks until the bridge's kill.
+  call_job blocked_job(std::shared_ptr<std::atomic<bool>> finished) {
+    call_job job;
+    job.what = "stuck-call";
+    job.fn = [probe = probe, finished](lv::connection&) -> caf::expected<std::any> {
+      probe->killed.wait_for(30s);
+      *finished = true;
+      return std::any{};
+    };
+    return job;
+  }
+
+  struct outcome {
+    bool done = false;
+    caf::error err;
+  };
+
+  // Spawns a requester that sends `job` to `link` and records the outcome.
+  std::shared_ptr<outcome> request_call(const host_link_actor& link, call_job job,
+                                        caf::timespan timeout = 10s) {
+    auto out = std::make_shared<outcome>();
+    sys.spawn([=](caf::event_based_actor* self) {
+      self->request(link, timeout, atom::call_v, job)
+        .then([=](call_result&) { out->done = true; },
+              [=](caf::error& err) {
+                out->done = true;
+                out->err = err;
+              });
+    });
+    return out;
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(host_link_suite, fixture)
+
+BOOST_AUTO_TEST_CASE(spec_03_budget_overrun_fails_caller_transient_and_kills_link) {
+  auto link = spawn_link(1s);
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  auto out = request_call(link, blocked_job(finished));
+  BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+  // The call is stuck in its detached actor. Advance the virtual clock past
+  // the budget: the link's request times out.
+  sched.advance_time(1s);
+  BOOST_REQUIRE(run_until([&] { return out->done; }));
+  BOOST_CHECK(out->err == ec::budget_exceeded);
+  BOOST_CHECK(kind_of(out->err) == error_kind::transient);
+  BOOST_CHECK_MESSAGE(render(out->err).find("stuck-call ran past its 1s budget") != std::string::npos,
+                      render(out->err));
+  BOOST_CHECK(link_of(link).state == link_state::dead);
+  BOOST_CHECK(link_of(link).reason.find("budget overrun") != std::string::npos);
+  // The kill is what unblocks the abandoned call: its thread ends.
+  BOOST_CHECK(probe->killed.wait_for(5s));
+  BOOST_CHECK(run_until([&] { return finished->load(); }));
+  BOOST_CHECK_EQUAL(probe->kills.load(), 1);
+  // The link stays responsive: a status request is answered at once, and a
+  // call during the redial backoff fails fast instead of hanging.
+  auto later = request_call(link, call_job{"next", [](lv::connection&) -> caf::expected<std::any> {
+                                             return std::any{};
+                                           }});
+  BOOST_REQUIRE(run_until([&] { return later->done; }));
+  BOOST_CHECK(later->err == ec::link_down || !later->err);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(spec_04_libvirt_calls_never_run_on_a_scheduler_thread) {
+  // In this fixture every scheduled actor runs on the test's own thread, so a
+  // job that ran there would have run on the scheduler.
+  auto link = spawn_link();
+  auto job_thread = std::make_shared<std::thread::id>();
+  auto out = request_call(link, call_job{"whoami", [job_thread](lv::connection& c) -> caf::expected<std::any> {
+                                           *job_thread = std::this_thread::get_id();
+                                           (void) c;
+                                           return std::any{};
+                                         }});
+  BOOST_REQUIRE(run_until([&] { return out->done; }));
+  BOOST_CHECK(!out->err);
+  BOOST_CHECK(*job_thread != std::thread::id{});
+  BOOST_CHECK(*job_thread != std::this_thread::get_id());
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(admission_limit_queues_calls_beyond_max_calls) {
+  auto link = spawn_link(30s, 2);
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  std::vector<std::shared_ptr<outcome>> outs;
+  for (int i = 0; i < 4; ++i)
+    outs.push_back(request_call(link, blocked_job(finished), 60s));
+  BOOST_REQUIRE(run_until([&] {
+    return link_of(link).in_flight.size() == 2 && link_of(link).queued.size() == 2;
+  }));
+  // A kill fails the two running and the two queued callers alike.
+  auto killer = sys.spawn([=](caf::event_based_actor* self) {
+    self->request(link, 5s, atom::kill_v, std::string{"test"})
+      .then([](link_status&) {}, [](caf::error&) {});
+  });
+  BOOST_REQUIRE(run_until([&] {
+    return std::all_of(outs.begin(), outs.end(), [](auto& o) { return o->done; });
+  }));
+  for (auto& o : outs) {
+    BOOST_CHECK(o->err == ec::link_down);
+    BOOST_CHECK(render(o->err).find("killed: test") != std::string::npos);
+  }
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(dead_link_redials_on_next_call_after_backoff) {
+  auto link = spawn_link();
+  auto killer = sys.spawn([=](caf::event_based_actor* self) {
+    self->request(link, 5s, atom::kill_v, std::string{"test"})
+      .then([](link_status&) {}, [](caf::error&) {});
+  });
+  BOOST_REQUIRE(run_until([&] { return link_of(link).state == link_state::dead; }));
+  // Pretend the backoff has passed: the next call dials again and succeeds.
+  link_of(link).next_dial_at = {};
+  auto out = request_call(link, call_job{"after", [](lv::connection& c) -> caf::expected<std::any> {
+                                           return std::any{c.alive()};
+                                         }});
+  BOOST_REQUIRE(run_until([&] { return out->done; }));
+  BOOST_CHECK_MESSAGE(!out->err, render(out->err));
+  BOOST_CHECK(link_of(link).state == link_state::up);
+  BOOST_CHECK_EQUAL(link_of(link).dials, 2u);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

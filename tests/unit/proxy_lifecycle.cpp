@@ -1,0 +1,149 @@
+// The proxy lifecycle against libvirt's in-process test driver, through the
+// whole engine: create, read back, delete, and re-adopt by mark after the
+// engine restarts.
+#define BOOST_TEST_MODULE proxy_lifecycle
+#include <boost/test/unit_test.hpp>
+
+#include <caf/scoped_actor.hpp>
+
+#include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "providers/libvirt/domains.hpp"
+#include "support/engine_fixture.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+
+namespace {
+
+// test:///default keeps its state only while a connection to it is open:
+// this witness holds it across engine restarts, as a real libvirtd would.
+lv::connection_ptr witness() {
+  auto c = lv::connection::open("test:///default");
+  // Not BOOST_REQUIRE_MESSAGE: Boost builds the message even on success.
+  if (!c)
+    BOOST_FAIL(render(c.error()));
+  return *c;
+}
+
+engine_config three_proxies(std::string entry) {
+  auto cfg = test::test_config(std::move(entry));
+  cfg.hosts.push_back(test::test_host("hv1"));
+  for (auto n : {"px-1", "px-2", "px-3"})
+    cfg.proxies.push_back(test::test_proxy(n, "hv1"));
+  return cfg;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(proxy_lifecycle_suite, test::engine_fixture)
+
+BOOST_AUTO_TEST_CASE(create_read_back_and_delete) {
+  auto w = witness();
+  auto eng = engine::start(*sys, three_proxies("life"));
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 3); }));
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  // Read back from libvirt, not from the engine's memory.
+  for (auto& p : st->proxies) {
+    auto r = lv::read_domain(*w, p.name, {lv::address_source::lease});
+    if (!r)
+      BOOST_FAIL(render(r.error()));
+    BOOST_CHECK(r->exists);
+    BOOST_CHECK(r->state == domain_state::running);
+    BOOST_REQUIRE(r->has_mark);
+    BOOST_CHECK_EQUAL(r->mark.entry, "life");
+    BOOST_CHECK_EQUAL(r->mark.uid, p.uid);
+    BOOST_CHECK_EQUAL(r->mark.created_at, p.created_at);
+    BOOST_CHECK_EQUAL(r->mark.spec_hash.size(), 64u);
+    BOOST_CHECK(r->mark.tags == std::vector<std::string>{"unit"});
+    BOOST_CHECK(!p.adopted);
+  }
+  // Delete one through the fleet; the domain is gone from libvirt.
+  caf::scoped_actor self{*sys};
+  proxy_status erased;
+  self->request(eng->fleet(), 10s, atom::erase_v, std::string{"px-2"})
+    .receive([&](proxy_status& s) { erased = s; },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  BOOST_CHECK(erased.phase == proxy_phase::deleted);
+  auto gone = lv::read_domain(*w, "px-2", {});
+  BOOST_REQUIRE(gone);
+  BOOST_CHECK(!gone->exists);
+  BOOST_REQUIRE(eng->stop() == caf::error{});
+  auto r = lv::read_domain(*w, "px-1", {});
+  BOOST_REQUIRE(r);
+  BOOST_CHECK_MESSAGE(r->exists, "stopping the engine must not delete VMs");
+  for (auto n : {"px-1", "px-2", "px-3"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
+}
+
+BOOST_AUTO_TEST_CASE(spec_16_restarted_engine_adopts_by_mark_and_recreates_nothing) {
+  auto w = witness();
+  std::map<std::string, std::pair<std::string, std::string>> first; // uid, created_at
+  {
+    auto eng = engine::start(*sys, three_proxies("adopt"));
+    BOOST_REQUIRE(eng);
+    BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 3); }));
+    auto st = eng->status();
+    BOOST_REQUIRE(st);
+    for (auto& p : st->proxies)
+      first[p.name] = {p.uid, p.created_at};
+    BOOST_REQUIRE(!eng->stop());
+  }
+  // A second engine in the same process: the same config, no memory of the
+  // first. Every proxy must be adopted with its original mark.
+  auto eng = engine::start(*sys, three_proxies("adopt"));
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 3); }));
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  for (auto& p : st->proxies) {
+    BOOST_CHECK_MESSAGE(p.adopted, p.name + " was not adopted");
+    BOOST_CHECK_EQUAL(p.uid, first[p.name].first);
+    BOOST_CHECK_EQUAL(p.created_at, first[p.name].second);
+  }
+  BOOST_REQUIRE(!eng->stop());
+  for (auto n : {"px-1", "px-2", "px-3"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
+}
+
+BOOST_AUTO_TEST_CASE(spec_16_a_domain_without_our_mark_is_never_touched) {
+  auto w = witness();
+  // test:///default ships a domain named "test" with no mark at all.
+  auto before = lv::read_domain(*w, "test", {});
+  BOOST_REQUIRE(before && before->exists && !before->has_mark);
+  auto cfg = test::test_config("foreign");
+  cfg.hosts.push_back(test::test_host("hv1"));
+  cfg.proxies.push_back(test::test_proxy("test", "hv1"));
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) {
+    auto p = find(st, "test");
+    return p && p->phase == proxy_phase::failed;
+  }));
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  auto p = *find(*st, "test");
+  BOOST_CHECK_EQUAL(p.last_error_kind, "permanent");
+  BOOST_CHECK_MESSAGE(p.last_error.find("refusing to touch it") != std::string::npos,
+                      p.last_error);
+  BOOST_REQUIRE(!eng->stop());
+  auto after = lv::read_domain(*w, "test", {});
+  BOOST_REQUIRE(after && after->exists);
+  BOOST_CHECK(!after->has_mark);
+  BOOST_CHECK(after->state == before->state);
+}
+
+BOOST_AUTO_TEST_CASE(invalid_config_is_refused_before_any_actor_starts) {
+  auto cfg = test::test_config("bad");
+  cfg.hosts.push_back(test::test_host("hv1"));
+  cfg.proxies.push_back(test::test_proxy("Bad/Name", "hv1"));
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(!eng);
+  BOOST_CHECK(eng.error() == ec::config_invalid);
+  BOOST_CHECK_MESSAGE(render(eng.error()).find("Bad/Name") != std::string::npos,
+                      render(eng.error()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
