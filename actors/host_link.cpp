@@ -28,7 +28,8 @@ void publish(host_link_pointer self) {
 
 // Errors that say the connection itself is gone, not just this call.
 bool kills_link(const caf::error& err) {
-  return err == ec::connection_broken || err == ec::libvirt_timeout;
+  return err == ec::connection_broken || err == ec::libvirt_timeout
+         || err == ec::ssh_failed;
 }
 
 // Drops a value holding libvirt handles off the scheduler thread: the last
@@ -108,26 +109,17 @@ void pump(host_link_pointer self) {
   publish(self);
 }
 
-void start_dial(host_link_pointer self) {
+// Dial, phase 2: open libvirt's client through the (connected) transport.
+void open_libvirt(host_link_pointer self, uint64_t gen) {
   auto& st = self->state;
-  st.state = link_state::dialing;
-  st.reason.clear();
-  ++st.generation;
-  ++st.dials;
-  auto gen = st.generation;
-  // The link holds the transport before connect() starts, so a kill can
-  // always reach a dial that hangs.
-  st.transport = st.opts.make_transport();
-  blocking_work work{"dial", [t = st.transport]() -> caf::expected<std::any> {
-                       if (auto err = t->connect())
-                         return err;
-                       auto c = lv::connection::open(t->uri());
+  lv::keepalive ka{st.opts.keepalive_interval_s, st.opts.keepalive_count};
+  blocking_work work{"open", [t = st.transport, ka]() -> caf::expected<std::any> {
+                       auto c = lv::connection::open(t->uri(), ka);
                        if (!c)
                          return c.error();
                        return std::any{std::move(*c)};
                      }};
   auto h = spawn_call(self->system(), st.opts.host, std::move(work));
-  publish(self);
   self->request(h, st.opts.connect_timeout, atom::run_v)
     .then(
       [self, gen](call_result& r) {
@@ -148,10 +140,72 @@ void start_dial(host_link_pointer self) {
           return;
         ++st.failures;
         if (err == caf::sec::request_timeout)
-          mark_dead(self, "dial timed out after "
+          mark_dead(self, "libvirt open timed out after "
                             + seconds_text(st.opts.connect_timeout));
         else
-          mark_dead(self, "dial failed: " + render(err));
+          mark_dead(self, "libvirt open failed: " + render(err));
+      });
+}
+
+// The transport's pump runs for the whole life of this generation on a
+// detached thread; its end (EOF, watchdog, error, kill) is a death cause.
+void start_transport_pump(host_link_pointer self, uint64_t gen) {
+  auto& st = self->state;
+  blocking_work work{"pump", [t = st.transport]() -> caf::expected<std::any> {
+                       if (auto err = t->pump())
+                         return err;
+                       return std::any{};
+                     }};
+  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  // No timeout: the pump lives as long as the link. The call actor always
+  // answers before it quits, so this request cannot be left dangling.
+  auto on_end = [self, gen](std::string why) {
+    if (gen == self->state.generation)
+      mark_dead(self, "transport ended: " + why);
+  };
+  self->request(h, caf::infinite, atom::run_v)
+    .then([on_end](call_result&) { on_end("pump returned"); },
+          [on_end](caf::error& err) { on_end(render(err)); });
+}
+
+void start_dial(host_link_pointer self) {
+  auto& st = self->state;
+  st.state = link_state::dialing;
+  st.reason.clear();
+  ++st.generation;
+  ++st.dials;
+  auto gen = st.generation;
+  // The link holds the transport before connect() starts, so a kill can
+  // always reach a dial that hangs.
+  st.transport = st.opts.make_transport();
+  // Phase 1: the path to the host (TCP, SSH, host key, channel, bridge).
+  blocking_work work{"connect", [t = st.transport]() -> caf::expected<std::any> {
+                       if (auto err = t->connect())
+                         return err;
+                       return std::any{};
+                     }};
+  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  publish(self);
+  self->request(h, st.opts.connect_timeout, atom::run_v)
+    .then(
+      [self, gen](call_result&) {
+        auto& st = self->state;
+        if (gen != st.generation || st.state != link_state::dialing)
+          return;
+        if (st.transport->has_pump())
+          start_transport_pump(self, gen);
+        open_libvirt(self, gen);
+      },
+      [self, gen](caf::error& err) {
+        auto& st = self->state;
+        if (gen != st.generation || st.state != link_state::dialing)
+          return;
+        ++st.failures;
+        if (err == caf::sec::request_timeout)
+          mark_dead(self, "connect timed out after "
+                            + seconds_text(st.opts.connect_timeout));
+        else
+          mark_dead(self, "connect failed: " + render(err));
       });
 }
 

@@ -31,6 +31,10 @@ struct host_link_options {
   caf::timespan connect_timeout = std::chrono::seconds(10);
   caf::timespan redial_min = std::chrono::milliseconds(500);
   caf::timespan redial_max = std::chrono::seconds(30);
+  // libvirt keepalive: ping every interval, dead after count misses. With the
+  // defaults (1 s, 3) a silent peer releases its callers in about 4 s.
+  int keepalive_interval_s = 1;
+  unsigned keepalive_count = 3;
   transport_factory make_transport;
   status_sink_actor sink; // receives link_status on every change (optional)
 };

@@ -37,6 +37,7 @@ const char* to_string(ec code) {
     case ec::libvirt_transient: return "libvirt_transient";
     case ec::shutting_down: return "shutting_down";
     case ec::no_address_source: return "no_address_source";
+    case ec::ssh_failed: return "ssh_failed";
     case ec::no_domain: return "no_domain";
     case ec::no_pool: return "no_pool";
     case ec::no_volume: return "no_volume";
@@ -50,6 +51,8 @@ const char* to_string(ec code) {
     case ec::config_invalid: return "config_invalid";
     case ec::libvirt_permanent: return "libvirt_permanent";
     case ec::foreign_domain: return "foreign_domain";
+    case ec::host_key_rejected: return "host_key_rejected";
+    case ec::auth_failed: return "auth_failed";
   }
   return "unknown";
 }

@@ -28,6 +28,7 @@ enum class ec : uint8_t {
   libvirt_transient = 5,  // any other libvirt failure wrapped as transient
   shutting_down = 6,      // the engine is stopping
   no_address_source = 7,  // every address source failed
+  ssh_failed = 8,         // TCP/SSH transport failure (refused, reset, timeout, EOF)
   // -- not found --------------------------------------------------------------
   no_domain = 64,
   no_pool = 65,
@@ -43,6 +44,8 @@ enum class ec : uint8_t {
   config_invalid = 133,
   libvirt_permanent = 134,
   foreign_domain = 135,   // a domain with our name exists but carries no mark of ours
+  host_key_rejected = 136, // host key unknown or mismatched in known_hosts
+  auth_failed = 137,       // the server refused our user key
 };
 
 /// The taxonomy of an engine code.

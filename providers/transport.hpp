@@ -27,6 +27,15 @@ public:
   /// The URI libvirt's client opens to reach the host through this transport.
   virtual const std::string& uri() const noexcept = 0;
 
+  /// True if bytes flow through a pump of ours (SSH, local-socket bridge):
+  /// the link then runs pump() in a detached actor for the link's lifetime.
+  virtual bool has_pump() const noexcept { return false; }
+
+  /// Moves bytes between libvirt's client and the host until the path dies
+  /// or kill() runs; returns why it ended (never an empty error once started
+  /// unless killed). Blocks: runs in a detached actor of its own.
+  virtual caf::error pump() { return {}; }
+
   /// Makes every blocked call on this transport return. Invariant 1: never
   /// blocks on a lock or on I/O; safe from any thread, any number of times.
   virtual void kill() noexcept = 0;

@@ -5,6 +5,7 @@
 #include <libvirt/virterror.h>
 
 #include "providers/libvirt/error.hpp"
+#include "providers/libvirt/event_loop.hpp"
 
 namespace egress::lv {
 
@@ -24,13 +25,26 @@ void ignore_error(void*, virErrorPtr) {
 
 } // namespace
 
-caf::expected<std::shared_ptr<connection>> connection::open(const std::string& uri) {
+caf::expected<std::shared_ptr<connection>>
+connection::open(const std::string& uri, lv::keepalive ka) {
   static std::once_flag quiet;
   std::call_once(quiet, [] { virSetErrorFunc(nullptr, ignore_error); });
+  ensure_event_loop();
   auto c = virConnectOpen(uri.c_str());
   if (c == nullptr)
     return last_error("open " + uri);
-  return std::shared_ptr<connection>{new connection(c, uri)};
+  std::shared_ptr<connection> out{new connection(c, uri)};
+  if (ka.interval_s > 0) {
+    // The in-process test driver has no keepalive (it never blocks on I/O);
+    // every remote URI does, and there it is what releases a caller whose
+    // peer went silent.
+    if (virConnectSetKeepAlive(c, ka.interval_s, ka.count) < 0) {
+      auto err = last_error("keepalive on " + uri);
+      if (err != ec::unsupported)
+        return err;
+    }
+  }
+  return out;
 }
 
 connection::~connection() {

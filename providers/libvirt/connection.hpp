@@ -23,12 +23,22 @@ using volume_ptr = std::unique_ptr<virStorageVol, volume_deleter>;
 using stream_ptr = std::unique_ptr<virStream, stream_deleter>;
 using network_ptr = std::unique_ptr<virNetwork, network_deleter>;
 
+/// libvirt keepalive: a ping every `interval_s` seconds; the connection is
+/// closed (and every blocked call on it released) after `count` missed
+/// answers. interval_s = 0 disables it.
+struct keepalive {
+  int interval_s = 0;
+  unsigned count = 3;
+};
+
 /// One open libvirt connection. Closed by the destructor (virConnectClose),
 /// which may block briefly: the last owner is always a detached actor.
 class connection {
 public:
-  /// Opens `uri` (virConnectOpen). Errors are classified (lv::last_error).
-  static caf::expected<std::shared_ptr<connection>> open(const std::string& uri);
+  /// Opens `uri` (virConnectOpen) and enables keepalive where the driver has
+  /// it. Errors are classified (lv::last_error).
+  static caf::expected<std::shared_ptr<connection>> open(const std::string& uri,
+                                                         keepalive ka = {});
 
   ~connection();
   connection(const connection&) = delete;
