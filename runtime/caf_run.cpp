@@ -45,8 +45,9 @@ const char* usage_text =
   "\n"
   "Runs the egress fleet engine on the hosts and proxies FILE declares.\n"
   "FILE uses CAF's INI dialect (';' comments, [sections], lists of {k=v}).\n"
-  "Every key of the [engine] section is checked: an unknown key, a wrong\n"
-  "type or a missing required key is an error naming the file and the key.\n"
+  "Every key is checked, in [engine] and in CAF's own sections: an unknown\n"
+  "key, a wrong type or a missing required key is an error naming the file\n"
+  "and the key.\n"
   "\n"
   "  --config-file=FILE  the configuration (required)\n"
   "  --dump-config       print the validated configuration with defaults, exit\n"
@@ -185,6 +186,7 @@ int main(int argc, char** argv) {
       rc = exit_start_failed;
     }
   }
-  egress::log::info("caf-run", "stopped cleanly");
+  if (rc == exit_ok)
+    egress::log::info("caf-run", "stopped cleanly");
   return rc;
 }

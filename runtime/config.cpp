@@ -10,12 +10,12 @@
 #include <type_traits>
 #include <utility>
 
-#include <caf/config_option_set.hpp>
 #include <caf/config_value.hpp>
 #include <caf/settings.hpp>
 
 #include "messages/error.hpp"
 #include "providers/libvirt/names.hpp"
+#include "runtime/config_caf_options.hpp"
 
 namespace egress {
 
@@ -50,6 +50,12 @@ std::string pretty(caf::timespan x) {
 std::string quoted_path(const std::string& x) {
   return caf::to_string(config_value{x});
 }
+
+} // namespace
+
+// -- shared with runtime/config_caf_options.cpp -------------------------------
+
+namespace config_detail {
 
 // "string \"2\"", "integer 5": what the file actually holds, for "got ...".
 std::string describe(const config_value& x) {
@@ -89,6 +95,14 @@ std::string at(const std::string& path, std::string_view key) {
 std::string at(const std::string& path, size_t index) {
   return path + "[" + std::to_string(index) + "]";
 }
+
+} // namespace config_detail
+
+namespace {
+
+using config_detail::at;
+using config_detail::describe;
+using config_detail::join;
 
 // -- collecting problems ------------------------------------------------------
 
@@ -504,64 +518,6 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   r.finish();
 }
 
-// -- keys outside `engine` ----------------------------------------------------
-
-// custom_options_ is protected and 0.17.6 has no public accessor; a pointer to
-// member formed through a derived class may legally read it from any config.
-struct option_access : caf::actor_system_config {
-  static const caf::config_option_set& of(const caf::actor_system_config& cfg) {
-    return cfg.*(&option_access::custom_options_);
-  }
-};
-
-// CAF's options are "category.name"; top-level keys are category "global".
-bool is_category(const caf::config_option_set& opts, const std::string& name) {
-  return std::any_of(opts.begin(), opts.end(), [&](auto& o) {
-    auto c = std::string{o.category().begin(), o.category().end()};
-    return c == name || c.starts_with(name + ".");
-  });
-}
-
-std::vector<std::string> names_in(const caf::config_option_set& opts,
-                                  const std::string& category) {
-  std::vector<std::string> out;
-  for (auto& o : opts)
-    if (std::string{o.category().begin(), o.category().end()} == category)
-      out.emplace_back(o.long_name().begin(), o.long_name().end());
-  return out;
-}
-
-std::vector<std::string> sections(const caf::config_option_set& opts) {
-  std::vector<std::string> out{"engine"};
-  for (auto& o : opts) {
-    std::string c{o.category().begin(), o.category().end()};
-    if (c != "global" && !contains(out, c))
-      out.push_back(c);
-  }
-  return out;
-}
-
-// Every key outside `engine` must be an option the config declares (CAF's own
-// scheduler.*, logger.*, middleman.* ... plus any the application adds).
-// Note: CAF already dropped values of declared options that had the wrong
-// type, silently, before we see the tree; those cannot be reported here.
-void check_caf_keys(problems& out, const caf::config_option_set& opts,
-                    const dict& d, const std::string& path) {
-  for (auto& [key, value] : d) {
-    if (path.empty() && key == "engine")
-      continue;
-    auto full = at(path, key);
-    auto category = path.empty() ? std::string{"global"} : path;
-    if (caf::holds_alternative<dict>(value) && is_category(opts, full))
-      check_caf_keys(out, opts, *caf::get_if<dict>(&value), full);
-    else if (caf::holds_alternative<dict>(value) && path.empty())
-      out.add(full, "unknown section (known sections: " + join(sections(opts)) + ")");
-    else if (caf::holds_alternative<dict>(value)
-             || !opts.qualified_name_lookup(category, key))
-      out.add(full, "unknown key (known keys: " + join(names_in(opts, category)) + ")");
-  }
-}
-
 } // namespace
 
 caf::expected<engine_config> load_engine_config(const caf::actor_system_config& cfg) {
@@ -569,7 +525,8 @@ caf::expected<engine_config> load_engine_config(const caf::actor_system_config& 
   result.config_file = cfg.config_file_path;
   problems out{cfg.config_file_path};
   auto& root = caf::content(cfg);
-  check_caf_keys(out, option_access::of(cfg), root, "");
+  for (auto& problem : config_detail::check_caf_options(cfg))
+    out.add(problem.path, problem.text);
   // Relative test-node paths are relative to the config file, not to the
   // working directory of whoever started the engine.
   auto base = fs::absolute(fs::path{cfg.config_file_path}).parent_path();

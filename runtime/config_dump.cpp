@@ -6,11 +6,17 @@ namespace egress {
 
 namespace {
 
+// The largest unit that states the value exactly, so a dump reads back as
+// the same configuration (250us must not become 0s).
 std::string duration(caf::timespan d) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-  if (ms % 1000 == 0)
-    return std::to_string(ms / 1000) + "s";
-  return std::to_string(ms) + "ms";
+  auto ns = d.count();
+  if (ns % 1'000'000'000 == 0)
+    return std::to_string(ns / 1'000'000'000) + "s";
+  if (ns % 1'000'000 == 0)
+    return std::to_string(ns / 1'000'000) + "ms";
+  if (ns % 1'000 == 0)
+    return std::to_string(ns / 1'000) + "us";
+  return std::to_string(ns) + "ns";
 }
 
 // Strings reach this dump only after validation (names, tags, paths), but a

@@ -298,6 +298,85 @@ BOOST_AUTO_TEST_CASE(integer_for_a_string) {
                     line("engine.entry", "expected a string, got integer 7"));
 }
 
+// CAF drops a wrongly typed value of its own options from content(cfg)
+// silently; the loader reads the file again to see it.
+BOOST_AUTO_TEST_CASE(caf_option_with_the_wrong_type) {
+  BOOST_CHECK_EQUAL(problems(std::string{"[scheduler]\nmax-threads = \"2\"\n"} + minimal),
+                    line("scheduler.max-threads", "expected an integer, got string \"2\""));
+}
+
+BOOST_AUTO_TEST_CASE(command_line_only_options_are_refused_in_a_file) {
+  // In a file, these would make caf-run print help or a dump and exit 0
+  // without validating anything, or switch to another file.
+  BOOST_CHECK_EQUAL(problems(std::string{"dump-config = true\n"} + minimal),
+                    line("dump-config", "only valid on the command line"));
+  BOOST_CHECK_EQUAL(problems(std::string{"long-help = true\n"} + minimal),
+                    line("long-help", "only valid on the command line"));
+}
+
+BOOST_AUTO_TEST_CASE(caf_options_of_every_type_are_type_checked) {
+  auto text = problems("help = \"yes\"\n"
+                       "[scheduler]\npolicy = \"sharing\"\nmax-throughput = -1\n"
+                       "enable-profiling = 1\n"
+                       "[logger]\nfile-name = 'caflog'\n"
+                       "component-blacklist = ['caf_flow', \"caf_stream\", 3]\n"
+                       "[middleman]\nheartbeat-interval = 10\napp-identifiers = \"a\"\n"
+                       + std::string{minimal});
+  BOOST_CHECK_EQUAL(text,
+                    line("help", "only valid on the command line") + "\n"
+                      + line("logger.component-blacklist[1]",
+                             "expected an atom, got string \"caf_stream\" "
+                             "(atoms take single quotes)") + "\n"
+                      + line("logger.component-blacklist[2]",
+                             "expected an atom, got integer 3") + "\n"
+                      + line("logger.file-name", "expected a string, got atom 'caflog' "
+                                                 "(strings take double quotes)") + "\n"
+                      + line("middleman.app-identifiers",
+                             "expected a list of strings, got string \"a\"") + "\n"
+                      + line("middleman.heartbeat-interval",
+                             "expected a duration like 2s or 250ms, got integer 10") + "\n"
+                      + line("scheduler.enable-profiling",
+                             "expected true or false, got integer 1") + "\n"
+                      + line("scheduler.max-throughput",
+                             "expected a non-negative integer, got integer -1") + "\n"
+                      + line("scheduler.policy", "expected an atom, got string \"sharing\" "
+                                                 "(atoms take single quotes)"));
+}
+
+BOOST_AUTO_TEST_CASE(caf_options_of_every_type_are_accepted) {
+  auto cfg = load("[scheduler]\nmax-threads = 2\npolicy = 'sharing'\n"
+                  "enable-profiling = false\nprofiling-resolution = 100ms\n"
+                  "[work-stealing]\nmoderate-sleep-duration = 50us\n"
+                  "[logger]\nconsole = 'none'\nfile-name = \"caf.log\"\n"
+                  "component-blacklist = ['caf_flow', 'caf_stream']\n"
+                  "[middleman]\napp-identifiers = [\"a\", \"b\"]\nheartbeat-interval = 0s\n"
+                  "[opencl]\ndevice-ids = [0, 1]\n"
+                  + std::string{minimal});
+  BOOST_CHECK_MESSAGE(cfg, why(cfg));
+}
+
+BOOST_AUTO_TEST_CASE(wrong_type_and_unknown_key_in_a_caf_section_together) {
+  auto text = problems(std::string{"[scheduler]\nmax-threads = \"2\"\npolcy = 'sharing'\n"}
+                       + minimal + "poll-interval = \"2\"\n");
+  BOOST_CHECK_EQUAL(text,
+                    line("scheduler.polcy",
+                         "unknown key (known keys: policy, max-threads, "
+                         "max-throughput, enable-profiling, profiling-resolution, "
+                         "profiling-output-file)") + "\n"
+                      + line("scheduler.max-threads", "expected an integer, got string \"2\"")
+                      + "\n"
+                      + line("engine.poll-interval",
+                             "expected a duration like 2s or 250ms, got string \"2\""));
+}
+
+// A misspelt section is one problem, whatever its keys hold.
+BOOST_AUTO_TEST_CASE(values_in_an_unknown_section_are_not_type_checked) {
+  BOOST_CHECK_EQUAL(problems(std::string{"[schduler]\nmax-threads = \"2\"\n"} + minimal),
+                    line("schduler", "unknown section (known sections: engine, stream, "
+                                     "scheduler, work-stealing, logger, middleman, "
+                                     "opencl, openssl)"));
+}
+
 BOOST_AUTO_TEST_CASE(atom_for_a_string_hints_at_quotes) {
   BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\n"
                              "hosts = [{name = \"hv1\", uri = 'test'}]\n"),
