@@ -2,6 +2,7 @@
 
 #include "actors/host_link.hpp"
 #include "actors/proxy.hpp"
+#include "actors/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "runtime/log.hpp"
 
@@ -17,7 +18,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
   st.cfg = std::move(cfg);
   st.name = "fleet/" + st.cfg.entry;
   if (!hooks.make_transport)
-    hooks.make_transport = [](const host_config& h) { return direct(h.uri); };
+    hooks.make_transport = transport_for;
   status_sink_actor sink = self;
   link_events_actor events = self;
   std::map<std::string, const host_config*> host_by_name;
@@ -29,6 +30,9 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     o.connect_timeout = h.connect_timeout;
     o.redial_min = st.cfg.redial_min;
     o.redial_max = st.cfg.redial_max;
+    o.keepalive_interval_s = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::seconds>(h.keepalive_interval).count());
+    o.keepalive_count = h.keepalive_count;
     o.make_transport = hooks.make_transport(h);
     o.sink = sink;
     auto link = self->spawn(make_host_link, std::move(o));

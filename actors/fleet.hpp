@@ -16,7 +16,7 @@
 namespace egress {
 
 struct fleet_hooks {
-  /// Chooses the transport for a host; default: a direct libvirt URI.
+  /// Chooses the transport for a host; default: transport_for (by config).
   std::function<transport_factory(const host_config&)> make_transport;
 };
 

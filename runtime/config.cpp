@@ -161,6 +161,9 @@ struct range {
 constexpr range max_calls_range{1, 64};
 constexpr range vcpus_range{1, 64};
 constexpr range memory_mib_range{64, 1'048'576};
+constexpr range port_range{1, 65'535};
+constexpr range keepalive_count_range{1, 100};
+const std::vector<std::string> known_transports{"direct", "ssh", "local-socket"};
 const std::vector<std::string> known_address_sources{"lease", "agent", "arp"};
 const std::vector<std::string> known_domain_types{"test", "qemu", "kvm"};
 
@@ -239,6 +242,38 @@ void check_unique(problems& out, const std::string& path, const std::string& wha
                     + " (first declared at " + i->second + ")");
 }
 
+void require(problems& out, const std::string& path, const std::string& value,
+             const std::string& transport) {
+  if (value.empty())
+    out.add(path, "required key is missing (transport \"" + transport + "\")");
+}
+
+void check_transport(problems& out, const std::string& path, const host_config& h) {
+  if (!contains(known_transports, h.transport)) {
+    out.add(at(path, "transport"), "expected one of direct, ssh, local-socket, got "
+                                      + lv::quote(h.transport));
+    return;
+  }
+  if (h.transport == "ssh") {
+    require(out, at(path, "address"), h.address, h.transport);
+    require(out, at(path, "key-file"), h.key_file, h.transport);
+    require(out, at(path, "known-hosts"), h.known_hosts, h.transport);
+    check_range(out, at(path, "port"), h.port, port_range);
+    if (!h.user.empty())
+      add_if(out, at(path, "user"), lv::check_name(at(path, "user"), h.user));
+  } else if (h.transport == "local-socket") {
+    require(out, at(path, "socket"), h.socket, h.transport);
+  }
+  if (h.keepalive_interval.count() < 0)
+    out.add(at(path, "keepalive-interval"), "must not be negative");
+  else if (h.keepalive_interval.count() % 1'000'000'000 != 0)
+    out.add(at(path, "keepalive-interval"),
+            "libvirt counts whole seconds: use 0s (off), 1s, 2s, ...");
+  check_range(out, at(path, "keepalive-count"), h.keepalive_count,
+              keepalive_count_range);
+  check_positive(out, at(path, "tcp-user-timeout"), h.tcp_user_timeout);
+}
+
 void check_host(problems& out, const std::string& path, const host_config& h,
                 std::map<std::string, std::string>& names) {
   check_name(out, at(path, "name"), h.name);
@@ -256,6 +291,7 @@ void check_host(problems& out, const std::string& path, const host_config& h,
   check_range(out, at(path, "max-calls"), h.max_calls, max_calls_range);
   check_positive(out, at(path, "call-budget"), h.call_budget);
   check_positive(out, at(path, "connect-timeout"), h.connect_timeout);
+  check_transport(out, path, h);
   auto sources = at(path, "address-sources");
   if (h.address_sources.empty())
     out.add(sources, "must not be empty (choose from lease, agent, arp)");
@@ -448,12 +484,37 @@ std::string resolve_test_node(problems& out, const std::string& path,
   return "test://" + file.string();
 }
 
+// A file the engine must read (a key, known_hosts), relative to the config
+// file; the resolved absolute path, or "" after reporting why not.
+std::string resolve_file(problems& out, const std::string& path,
+                         const std::string& name, const fs::path& base) {
+  auto file = fs::absolute(base / name).lexically_normal();
+  std::error_code err;
+  auto status = fs::status(file, err);
+  std::string problem;
+  if (!fs::exists(status))
+    problem = "no such file: ";
+  else if (!fs::is_regular_file(status))
+    problem = "not a regular file: ";
+  else if (!std::ifstream{file})
+    problem = "cannot read ";
+  if (!problem.empty()) {
+    out.add(path, problem + quoted_path(file.string()));
+    return {};
+  }
+  return file.string();
+}
+
 host_config read_host(problems& out, const std::string& path, const dict& d,
                       const fs::path& base) {
   host_config h;
   dict_reader r{out, d, path,
                 {"name", "uri", "test-node", "domain-type", "pool", "network",
-                 "max-calls", "call-budget", "connect-timeout", "address-sources"}};
+                 "max-calls", "call-budget", "connect-timeout", "address-sources",
+                 "transport", "address", "port", "user", "key-file", "known-hosts",
+                 "remote-socket", "remote-command", "socket", "bridge-dir",
+                 "keepalive-interval", "keepalive-count", "ssh-keepalive",
+                 "ssh-watchdog", "tcp-user-timeout"}};
   r.read("name", h.name, true);
   r.read("uri", h.uri);
   std::string node;
@@ -462,6 +523,8 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
     out.add(r.path("test-node"), "set either uri or test-node, not both");
   else if (r.has("test-node"))
     h.uri = resolve_test_node(out, r.path("test-node"), node, base);
+  else if (!r.has("uri") && d.contains("transport"))
+    h.uri = "qemu:///system"; // the usual daemon behind ssh or local-socket
   else if (!r.has("uri"))
     out.add(r.path("uri"), "required key is missing (or set test-node)");
   if (h.uri.empty())
@@ -474,6 +537,24 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
   r.read("call-budget", h.call_budget);
   r.read("connect-timeout", h.connect_timeout);
   r.read("address-sources", h.address_sources);
+  r.read("transport", h.transport);
+  r.read("address", h.address);
+  r.read("port", h.port, port_range);
+  r.read("user", h.user);
+  std::string file;
+  if (r.has("key-file") && (r.read("key-file", file), !file.empty()))
+    h.key_file = resolve_file(out, r.path("key-file"), file, base);
+  if (r.has("known-hosts") && (r.read("known-hosts", file), !file.empty()))
+    h.known_hosts = resolve_file(out, r.path("known-hosts"), file, base);
+  r.read("remote-socket", h.remote_socket);
+  r.read("remote-command", h.remote_command);
+  r.read("socket", h.socket);
+  r.read("bridge-dir", h.bridge_dir);
+  r.read("keepalive-interval", h.keepalive_interval);
+  r.read("keepalive-count", h.keepalive_count, keepalive_count_range);
+  r.read("ssh-keepalive", h.ssh_keepalive);
+  r.read("ssh-watchdog", h.ssh_watchdog);
+  r.read("tcp-user-timeout", h.tcp_user_timeout);
   r.finish();
   return h;
 }

@@ -25,6 +25,30 @@ struct host_config {
   caf::timespan call_budget = std::chrono::seconds(30);
   caf::timespan connect_timeout = std::chrono::seconds(10);
   std::vector<std::string> address_sources{"lease", "agent", "arp"};
+
+  // -- the path to the host -----------------------------------------------------
+  // "direct": libvirt opens `uri` itself (the test driver, local tooling).
+  // "ssh": the engine's own SSH link; `uri` is the libvirt URI on the host.
+  // "local-socket": the engine's bridge in front of a local daemon socket.
+  // ssh and local-socket share one pump and one kill path (docs/architecture.md).
+  std::string transport = "direct";
+  std::string address;          // ssh: numeric IP of the SSH server
+  uint32_t port = 22;
+  std::string user = "root";
+  std::string key_file;         // ssh: ed25519 private key (absolute)
+  std::string known_hosts;      // ssh: OpenSSH known_hosts (absolute), mandatory
+  std::string remote_socket = "/var/run/libvirt/libvirt-sock";
+  std::string remote_command;   // ssh: exec this instead of direct-streamlocal
+  std::string socket;           // local-socket: the daemon's socket (absolute)
+  std::string bridge_dir = "/tmp";
+  // Liveness: libvirt keepalive (interval 0 disables), the SSH keepalive and
+  // the pump's watchdog, and TCP_USER_TIMEOUT. The defaults release callers
+  // of a silent peer within about 4 s.
+  caf::timespan keepalive_interval = std::chrono::seconds(1);
+  uint32_t keepalive_count = 3;
+  caf::timespan ssh_keepalive = std::chrono::seconds(1);
+  caf::timespan ssh_watchdog = std::chrono::seconds(3);
+  caf::timespan tcp_user_timeout = std::chrono::seconds(10);
 };
 
 struct engine_config {

@@ -1,5 +1,7 @@
 #include "runtime/engine.hpp"
 
+#include <csignal>
+
 #include <caf/scoped_actor.hpp>
 
 #include "messages/error.hpp"
@@ -16,6 +18,12 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
                                     fleet_hooks hooks) {
   if (auto err = validate(cfg))
     return err;
+  // A kill shuts sockets down under libvirt's client, which may write to
+  // them once more: with SIGPIPE's default action that write would end the
+  // whole process. An application that installed its own handler keeps it.
+  struct sigaction old{};
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
+    std::signal(SIGPIPE, SIG_IGN);
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
   return engine{sys, std::move(f), std::move(cfg)};
 }

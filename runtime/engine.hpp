@@ -32,7 +32,8 @@ void configure(caf::actor_system_config& cfg);
 class engine {
 public:
   /// Validates `cfg` and spawns the fleet. A config error is returned before
-  /// any actor starts.
+  /// any actor starts. Sets SIGPIPE to ignored if it has its default action
+  /// (a killed transport must not end the process).
   static caf::expected<engine> start(caf::actor_system& sys, engine_config cfg,
                                      fleet_hooks hooks = {});
 

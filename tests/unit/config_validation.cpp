@@ -244,7 +244,10 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_host) {
   BOOST_CHECK_EQUAL(text, line("engine.hosts[0].max-call",
                                "unknown key (known keys: name, uri, test-node, "
                                "domain-type, pool, network, max-calls, call-budget, "
-                               "connect-timeout, address-sources)"));
+                               "connect-timeout, address-sources, transport, address, port, "
+                         "user, key-file, known-hosts, remote-socket, remote-command, "
+                         "socket, bridge-dir, keepalive-interval, keepalive-count, "
+                         "ssh-keepalive, ssh-watchdog, tcp-user-timeout)"));
 }
 
 BOOST_AUTO_TEST_CASE(unknown_top_level_section) {
@@ -303,6 +306,50 @@ BOOST_AUTO_TEST_CASE(integer_for_a_string) {
 BOOST_AUTO_TEST_CASE(caf_option_with_the_wrong_type) {
   BOOST_CHECK_EQUAL(problems(std::string{"[scheduler]\nmax-threads = \"2\"\n"} + minimal),
                     line("scheduler.max-threads", "expected an integer, got string \"2\""));
+}
+
+BOOST_AUTO_TEST_CASE(ssh_host_resolves_files_and_defaults) {
+  write("keys/id_ed25519", "key");
+  write("keys/known_hosts", "[10.0.0.1]:22 ssh-ed25519 AAAA");
+  auto cfg = load("[engine]\nentry = \"e1\"\n"
+                  "hosts = [{name = \"hv1\", transport = \"ssh\", address = \"192.0.2.7\", "
+                  "key-file = \"keys/id_ed25519\", known-hosts = \"keys/known_hosts\"}]\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  auto& h = cfg->hosts.at(0);
+  BOOST_CHECK_EQUAL(h.transport, "ssh");
+  BOOST_CHECK_EQUAL(h.uri, "qemu:///system");
+  BOOST_CHECK_EQUAL(h.domain_type, "kvm");
+  BOOST_CHECK_EQUAL(h.port, 22u);
+  BOOST_CHECK_EQUAL(h.user, "root");
+  BOOST_CHECK_EQUAL(h.key_file, (dir / "keys/id_ed25519").string());
+  BOOST_CHECK_EQUAL(h.known_hosts, (dir / "keys/known_hosts").string());
+  BOOST_CHECK_EQUAL(h.remote_socket, "/var/run/libvirt/libvirt-sock");
+  BOOST_CHECK(h.keepalive_interval == std::chrono::seconds(1));
+  BOOST_CHECK_EQUAL(h.keepalive_count, 3u);
+  BOOST_CHECK(h.ssh_watchdog == std::chrono::seconds(3));
+}
+
+BOOST_AUTO_TEST_CASE(ssh_host_without_its_required_keys) {
+  auto text = problems("[engine]\nentry = \"e1\"\n"
+                       "hosts = [{name = \"hv1\", transport = \"ssh\", port = 70000, "
+                       "keepalive-interval = 1500ms, known-hosts = \"nope\"}]\n");
+  BOOST_CHECK_EQUAL(text,
+                    line("engine.hosts[0].port", "must be between 1 and 65535, got 70000") + "\n"
+                    + line("engine.hosts[0].known-hosts",
+                           "no such file: \"" + (dir / "nope").string() + "\"") + "\n"
+                    + line("engine.hosts[0].address",
+                           "required key is missing (transport \"ssh\")") + "\n"
+                    + line("engine.hosts[0].key-file",
+                           "required key is missing (transport \"ssh\")") + "\n"
+                    + line("engine.hosts[0].keepalive-interval",
+                           "libvirt counts whole seconds: use 0s (off), 1s, 2s, ..."));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_transport) {
+  auto text = problems("[engine]\nentry = \"e1\"\n"
+                       "hosts = [{name = \"hv1\", transport = \"telnet\"}]\n");
+  BOOST_CHECK_EQUAL(text, line("engine.hosts[0].transport",
+                               "expected one of direct, ssh, local-socket, got \"telnet\""));
 }
 
 BOOST_AUTO_TEST_CASE(command_line_only_options_are_refused_in_a_file) {

@@ -1,0 +1,48 @@
+#include "actors/transport_choice.hpp"
+
+#include <chrono>
+
+#include "providers/ssh/ssh_transport.hpp"
+
+namespace egress {
+
+namespace {
+
+template <class Duration>
+Duration as(caf::timespan d) {
+  return std::chrono::duration_cast<Duration>(d);
+}
+
+} // namespace
+
+transport_factory transport_for(const host_config& h) {
+  if (h.transport == "ssh") {
+    ssh_transport_options o;
+    o.host = h.name;
+    o.address = h.address;
+    o.port = static_cast<uint16_t>(h.port);
+    o.user = h.user;
+    o.key_file = h.key_file;
+    o.known_hosts = h.known_hosts;
+    o.remote_socket = h.remote_socket;
+    o.remote_command = h.remote_command;
+    o.libvirt_uri = h.uri;
+    o.bridge_dir = h.bridge_dir;
+    o.connect_timeout = as<std::chrono::milliseconds>(h.connect_timeout);
+    o.tcp_user_timeout = as<std::chrono::milliseconds>(h.tcp_user_timeout);
+    o.ssh_keepalive_interval = as<std::chrono::seconds>(h.ssh_keepalive);
+    o.ssh_watchdog = as<std::chrono::milliseconds>(h.ssh_watchdog);
+    return [o] { return std::make_shared<ssh_transport>(o); };
+  }
+  if (h.transport == "local-socket") {
+    local_socket_options o;
+    o.host = h.name;
+    o.socket_path = h.socket;
+    o.libvirt_uri = h.uri;
+    o.bridge_dir = h.bridge_dir;
+    return [o] { return std::make_shared<local_socket_transport>(o); };
+  }
+  return direct(h.uri);
+}
+
+} // namespace egress

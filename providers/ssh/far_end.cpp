@@ -1,0 +1,168 @@
+#include "providers/ssh/far_end.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <sys/socket.h>
+
+namespace egress::ssh {
+
+namespace {
+
+std::string duration_text(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0)
+    return std::to_string(d.count() / 1000) + "s";
+  return std::to_string(d.count()) + "ms";
+}
+
+// libssh2's texts for a dead TCP connection ("transport read") do not say
+// what happened; these do.
+std::string libssh2_failure(const std::string& what, ssize_t rc, const std::string& text) {
+  std::string out = what + ": ";
+  if (rc == LIBSSH2_ERROR_SOCKET_RECV || rc == LIBSSH2_ERROR_SOCKET_DISCONNECT)
+    out += "connection to the server lost (" + text + ")";
+  else if (rc == LIBSSH2_ERROR_SOCKET_SEND)
+    out += "cannot send to the server (" + text + ")";
+  else
+    out += text;
+  return out + " (rc=" + std::to_string(rc) + ")";
+}
+
+} // namespace
+
+far_end::~far_end() = default;
+
+// -- socket_end ---------------------------------------------------------------
+
+ssize_t socket_end::read(char* buf, size_t len) {
+  auto n = ::recv(fd_, buf, len, 0);
+  if (n > 0)
+    return n;
+  if (n == 0)
+    return end_of_stream;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+    return would_block;
+  failure_ = "daemon socket " + path_ + ": recv: " + std::strerror(errno);
+  return failed;
+}
+
+ssize_t socket_end::write(const char* buf, size_t len) {
+  auto n = ::send(fd_, buf, len, MSG_NOSIGNAL);
+  if (n >= 0)
+    return n;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+    return would_block;
+  failure_ = "daemon socket " + path_ + ": send: " + std::strerror(errno);
+  return failed;
+}
+
+short socket_end::poll_events(bool want_read, bool want_write) const {
+  return static_cast<short>((want_read ? POLLIN : 0) | (want_write ? POLLOUT : 0));
+}
+
+std::string socket_end::end_reason() const {
+  return "daemon socket " + path_ + " EOF";
+}
+
+// -- channel_end --------------------------------------------------------------
+
+channel_end::channel_end(session& s, channel& ch, std::chrono::seconds keepalive,
+                         std::chrono::milliseconds watchdog, std::string host)
+  : session_(s), channel_(ch), keepalive_(keepalive), watchdog_(watchdog),
+    host_(std::move(host)) {
+}
+
+ssize_t channel_end::read(char* buf, size_t len) {
+  auto n = channel_.read(buf, len);
+  // Drained on every read, see channel::drain_stderr: without it an exec
+  // channel's EOF stays hidden behind unread stderr.
+  channel_.drain_stderr();
+  if (n > 0)
+    return n;
+  if (n == 0 || n == LIBSSH2_ERROR_EAGAIN)
+    return channel_.eof() ? end_of_stream : would_block;
+  failure_ = libssh2_failure("channel read", n, session_.last_error());
+  return failed;
+}
+
+ssize_t channel_end::write(const char* buf, size_t len) {
+  auto n = channel_.write(buf, len);
+  if (n >= 0)
+    return n;
+  if (n == LIBSSH2_ERROR_EAGAIN)
+    return would_block;
+  failure_ = libssh2_failure("channel write", n, session_.last_error());
+  return failed;
+}
+
+short channel_end::poll_events(bool want_read, bool want_write) const {
+  // Nothing wanted, nothing polled: libssh2 may report "blocked inbound"
+  // from an old read, and a POLLIN on a socket we are not going to read
+  // (the client is slow, our buffer toward it is full) would spin the pump.
+  if (!want_read && !want_write)
+    return 0;
+  // libssh2 knows which way it is stuck: a write may wait for the server's
+  // window adjust (inbound), a read may need to finish sending a packet
+  // (outbound). Never ask for POLLOUT otherwise: the socket is almost always
+  // writable and the poll would spin.
+  auto dirs = libssh2_session_block_directions(session_.get());
+  short events = want_read ? POLLIN : 0;
+  if (dirs & LIBSSH2_SESSION_BLOCK_INBOUND)
+    events |= POLLIN;
+  if (dirs & LIBSSH2_SESSION_BLOCK_OUTBOUND)
+    events |= POLLOUT;
+  if (events == 0)
+    events = POLLIN;
+  return events;
+}
+
+std::string channel_end::tick(bool reading) {
+  if (keepalive_.count() > 0) {
+    // Sends keepalive@openssh.com (want-reply) once the interval has passed;
+    // the server's answer is what keeps the watchdog quiet on an idle link.
+    // Errors are ignored on purpose: while a channel packet is half sent,
+    // libssh2 refuses to start another one (EAGAIN), and a broken socket
+    // shows up on the next read or write anyway.
+    int next = 0;
+    libssh2_keepalive_send(session_.get(), &next);
+    next_keepalive_ms_ = std::max(1, next) * 1000;
+  }
+  if (watchdog_.count() > 0) {
+    // While the pump does not read (libvirt's client is slow to take what we
+    // have), silence from the server is our own doing: the clock restarts.
+    if (!reading) {
+      session_.touch_received();
+      return {};
+    }
+    auto silent = std::chrono::steady_clock::now() - session_.last_received();
+    if (silent >= watchdog_)
+      return "ssh watchdog: no bytes from " + host_ + " for " + duration_text(watchdog_);
+  }
+  return {};
+}
+
+int channel_end::next_tick_ms() const {
+  int result = next_keepalive_ms_;
+  if (watchdog_.count() > 0) {
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - session_.last_received());
+    auto left = static_cast<int>(std::max<int64_t>(1, (watchdog_ - silent).count() + 1));
+    result = result < 0 ? left : std::min(result, left);
+  }
+  return result;
+}
+
+bool channel_end::settle() {
+  // sshd sends EOF, then exit-status, then CLOSE. Non-blocking, this returns
+  // EAGAIN until the CLOSE is in; by then the exit status is recorded.
+  auto rc = libssh2_channel_wait_closed(channel_.get());
+  channel_.drain_stderr();
+  return rc != LIBSSH2_ERROR_EAGAIN;
+}
+
+std::string channel_end::end_reason() const {
+  return "remote channel EOF from " + channel_.what() + channel_.end_detail();
+}
+
+} // namespace egress::ssh

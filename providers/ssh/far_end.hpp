@@ -1,0 +1,103 @@
+#pragma once
+// What a bridge forwards to: an SSH channel (remote host) or a plain unix
+// socket (local daemon). The pump (bridge.hpp) drives either through this
+// interface, so local and remote hosts share one pump and one kill path.
+//
+// All calls are non-blocking; the pump waits in poll() on fd().
+
+#include <chrono>
+#include <string>
+#include <sys/types.h>
+
+#include "providers/ssh/channel.hpp"
+#include "providers/ssh/session.hpp"
+
+namespace egress::ssh {
+
+class far_end {
+public:
+  /// Return values of read() and write() besides a byte count.
+  static constexpr ssize_t would_block = 0;
+  static constexpr ssize_t end_of_stream = -1; // read() only
+  static constexpr ssize_t failed = -2;        // see failure()
+
+  virtual ~far_end();
+
+  /// The descriptor the pump polls.
+  virtual int fd() const noexcept = 0;
+
+  virtual ssize_t read(char* buf, size_t len) = 0;
+  virtual ssize_t write(const char* buf, size_t len) = 0;
+
+  /// poll() events that let the far end progress, given what the pump
+  /// wants. May be 0 (the pump then leaves the fd out of the poll).
+  virtual short poll_events(bool want_read, bool want_write) const = 0;
+
+  /// Runs timers (keepalive, watchdog). A non-empty result ends the pump
+  /// with that reason. `reading` is false while the pump does not read from
+  /// the far end (its buffer toward the client is full).
+  virtual std::string tick(bool reading) = 0;
+
+  /// Milliseconds until tick() wants to run again; -1 for never.
+  virtual int next_tick_ms() const = 0;
+
+  /// Called after end_of_stream until it returns true: whether the far end
+  /// has nothing more to tell. An exec channel's exit status and the rest
+  /// of its stderr arrive after its EOF; the pump gives them a short grace.
+  virtual bool settle() { return true; }
+
+  /// Why the far end stopped: after end_of_stream, or after failed.
+  virtual std::string end_reason() const = 0;
+  virtual std::string failure() const = 0;
+};
+
+/// A connected unix socket to a local daemon. Does not own the fd.
+class socket_end final : public far_end {
+public:
+  socket_end(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  int fd() const noexcept override { return fd_; }
+  ssize_t read(char* buf, size_t len) override;
+  ssize_t write(const char* buf, size_t len) override;
+  short poll_events(bool want_read, bool want_write) const override;
+  std::string tick(bool) override { return {}; }
+  int next_tick_ms() const override { return -1; }
+  std::string end_reason() const override;
+  std::string failure() const override { return failure_; }
+
+private:
+  int fd_;
+  std::string path_;
+  std::string failure_;
+};
+
+/// An SSH channel on a session in non-blocking mode, with the SSH keepalive
+/// and the watchdog that notice a silent server.
+class channel_end final : public far_end {
+public:
+  /// `keepalive` 0 disables keepalives; `watchdog` 0 disables the watchdog.
+  /// `host` names the server in the watchdog's message.
+  channel_end(session& s, channel& ch, std::chrono::seconds keepalive,
+              std::chrono::milliseconds watchdog, std::string host);
+
+  int fd() const noexcept override { return session_.fd(); }
+  ssize_t read(char* buf, size_t len) override;
+  ssize_t write(const char* buf, size_t len) override;
+  short poll_events(bool want_read, bool want_write) const override;
+  std::string tick(bool reading) override;
+  int next_tick_ms() const override;
+  bool settle() override;
+  std::string end_reason() const override;
+  std::string failure() const override { return failure_ + channel_.end_detail(); }
+
+private:
+  session& session_;
+  channel& channel_;
+  std::chrono::seconds keepalive_;
+  std::chrono::milliseconds watchdog_;
+  std::string host_;
+  std::string failure_;
+  int next_keepalive_ms_ = -1;
+};
+
+} // namespace egress::ssh

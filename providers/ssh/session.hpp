@@ -1,0 +1,106 @@
+#pragma once
+// A libssh2 session over a TCP socket the engine owns.
+//
+// We open the socket ourselves (instead of letting a library dial) for one
+// reason: the kill. The fd is published to the kill_switch before connect()
+// starts, so a kill from any thread can shutdown() it while the TCP connect,
+// the SSH handshake or the login blocks, and each of them returns within
+// milliseconds (measured: notes/feasibility.md section 4).
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+
+#include <libssh2.h>
+
+#include "providers/ssh/kill_switch.hpp"
+
+namespace egress::ssh {
+
+struct session_options {
+  /// The host's name in messages (e.g. "hv1"); the address if empty.
+  std::string host;
+  /// Numeric IPv4 or IPv6 address. Names are refused: a DNS lookup blocks in
+  /// getaddrinfo(), which no shutdown() can interrupt.
+  std::string address;
+  uint16_t port = 22;
+  std::string user;
+  /// An ed25519 private key (see user_key.hpp for why only ed25519).
+  std::string key_file;
+  /// OpenSSH known_hosts file; mandatory (invariant 13).
+  std::string known_hosts;
+  /// Bounds the TCP connect, and separately each SSH step (handshake, login,
+  /// channel open).
+  std::chrono::milliseconds connect_timeout{10'000};
+  /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged before the
+  /// kernel kills the connection (0 = kernel default, about 15 minutes).
+  std::chrono::milliseconds tcp_user_timeout{10'000};
+  /// TCP keepalive for an idle link: first probe, probe interval, count.
+  std::chrono::seconds tcp_keepalive_idle{10};
+  std::chrono::seconds tcp_keepalive_interval{5};
+  int tcp_keepalive_count = 3;
+};
+
+/// Checks options that need no I/O (address literal, port, user, files).
+/// Returns invalid_argument (or auth_failed for a non-ed25519 key).
+caf::error validate(const session_options& opts);
+
+/// How messages name an SSH server: "hv1 (10.0.0.5:22)", "hv2 ([fd00::2]:22)";
+/// the address stands in for an empty host name.
+std::string endpoint_name(const std::string& host, const std::string& address,
+                          uint16_t port);
+
+class session {
+public:
+  /// Publishes its TCP fd in `ks` as kill_switch::far.
+  explicit session(kill_switch& ks) noexcept;
+  ~session();
+
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
+
+  /// TCP connect, SSH handshake, host key check, ed25519 login. Blocks,
+  /// bounded by the options' timeouts and by the kill switch. Errors:
+  /// invalid_argument / auth_failed / host_key_rejected (permanent), or
+  /// ssh_failed (transient: refused, reset, timeout, EOF, killed).
+  /// After a host key rejection nothing more is sent, no login is tried.
+  caf::error open(const session_options& opts);
+
+  LIBSSH2_SESSION* get() const noexcept { return session_; }
+  int fd() const noexcept { return fd_; }
+
+  /// "hv1 (10.0.0.5:22)": how messages name the far end.
+  const std::string& who() const noexcept { return who_; }
+
+  /// libssh2's text for its last error ("" if none).
+  std::string last_error() const;
+
+  /// When the last byte arrived from the server (fed by libssh2's recv
+  /// callback, so it counts keepalive replies too). The pump's watchdog
+  /// reads it.
+  std::chrono::steady_clock::time_point last_received() const noexcept;
+
+  /// Restarts the receive clock, e.g. while the pump chooses not to read.
+  void touch_received() noexcept;
+
+private:
+  static ssize_t send_hook(libssh2_socket_t fd, const void* buf, size_t len,
+                           int flags, void** abstract);
+  static ssize_t recv_hook(libssh2_socket_t fd, void* buf, size_t len, int flags,
+                           void** abstract);
+
+  caf::error tcp_connect(const session_options& opts,
+                         std::chrono::steady_clock::time_point deadline);
+  caf::error fail(const std::string& step, int rc);
+
+  kill_switch& kill_;
+  int fd_ = -1;
+  LIBSSH2_SESSION* session_ = nullptr;
+  std::string who_;
+  std::atomic<int64_t> last_rx_ns_{0};
+};
+
+} // namespace egress::ssh

@@ -1,0 +1,293 @@
+// Host links over the engine's own SSH transport, against a real OpenSSH sshd
+// and a real libvirtd, both started and stopped by this test. Most cases use
+// the daemon's test driver (test:///default behind the real RPC, SSH and
+// bridge) so that they are fast; the path bytes travel is the real one.
+#define BOOST_TEST_MODULE ssh_link
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/link_call.hpp"
+#include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "providers/libvirt/domains.hpp"
+#include "support/engine_fixture.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct daemons {
+  testbed::libvirtd lv;
+  testbed::sshd ssh;
+
+  static testbed::libvirtd_options lv_options() {
+    testbed::libvirtd_options o;
+    o.warm_qemu_caps = false; // the test driver needs no QEMU probe
+    return o;
+  }
+
+  daemons() : lv(lv_options()) {
+    testbed::require_root_or_skip();
+    lv.start();
+    ssh.start();
+  }
+
+  host_config host(std::string name = "hv1") const {
+    host_config h = test::test_host(std::move(name), "test:///default");
+    h.transport = "ssh";
+    h.address = ssh.address();
+    h.port = static_cast<uint32_t>(ssh.port());
+    h.user = ssh.user();
+    h.key_file = ssh.client_key();
+    h.known_hosts = ssh.known_hosts();
+    h.remote_socket = lv.socket_path();
+    h.call_budget = 2s;
+    h.connect_timeout = 5s;
+    return h;
+  }
+};
+
+struct fixture : test::engine_fixture {
+  daemons d;
+};
+
+host_link_actor link_of(caf::scoped_actor& self, engine& eng, const std::string& host) {
+  host_link_actor out;
+  self->request(eng.fleet(), 5s, atom::link_v, host)
+    .receive([&](host_link_actor& h) { out = h; },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  return out;
+}
+
+link_status status_of(caf::scoped_actor& self, const host_link_actor& link) {
+  link_status out;
+  self->request(link, 5s, atom::status_v)
+    .receive([&](link_status& s) { out = s; },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  return out;
+}
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds max = 10s) {
+  auto deadline = clock_type::now() + max;
+  while (clock_type::now() < deadline) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// A libvirt call through the link: lists the domains.
+call_job list_job(std::shared_ptr<std::atomic<int64_t>> returned_ns = nullptr) {
+  call_job job;
+  job.what = "list";
+  job.fn = [returned_ns](lv::connection& c) -> caf::expected<std::any> {
+    auto r = lv::list_marked(c, "nobody");
+    if (returned_ns)
+      *returned_ns = clock_type::now().time_since_epoch().count();
+    if (!r)
+      return r.error();
+    return std::any{r->size()};
+  };
+  return job;
+}
+
+engine_config one_host(const host_config& h, std::vector<std::string> proxies = {}) {
+  auto cfg = test::test_config("ssh");
+  cfg.hosts.push_back(h);
+  for (auto& p : proxies)
+    cfg.proxies.push_back(test::test_proxy(p, h.name));
+  return cfg;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(ssh_link_suite, fixture)
+
+BOOST_AUTO_TEST_CASE(proxies_converge_through_the_ssh_link) {
+  auto eng = engine::start(*sys, one_host(d.host(), {"px-1", "px-2"}));
+  BOOST_REQUIRE(eng);
+  BOOST_CHECK(wait_status(*eng, [](auto& st) { return all_running(st, 2); }, 20s));
+  auto st = eng->status();
+  BOOST_REQUIRE(st && st->links.size() == 1);
+  BOOST_CHECK(st->links[0].state == link_state::up);
+  BOOST_REQUIRE(!eng->stop());
+}
+
+BOOST_AUTO_TEST_CASE(spec_03_budget_overrun_with_libvirtd_stopped) {
+  auto h = d.host();
+  h.keepalive_interval = 0s; // the budget alone must release the caller
+  auto eng = engine::start(*sys, one_host(h));
+  BOOST_REQUIRE(eng);
+  {
+    // Scoped: a live scoped_actor would hold the actor system's destructor.
+    caf::scoped_actor self{*sys};
+    auto link = link_of(self, *eng, "hv1");
+    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+    d.lv.pause();
+    auto t0 = clock_type::now();
+    caf::error err;
+    self->request(link, 30s, atom::call_v, list_job())
+      .receive([&](call_result&) {}, [&](caf::error& e) { err = e; });
+    auto took = clock_type::now() - t0;
+    BOOST_TEST_MESSAGE("caller released after "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                       << " ms (budget 2 s)");
+    BOOST_CHECK(err == ec::budget_exceeded);
+    BOOST_CHECK(kind_of(err) == error_kind::transient);
+    BOOST_CHECK(took < h.call_budget + 1s);
+    auto s = status_of(self, link);
+    BOOST_CHECK(s.state == link_state::dead);
+    BOOST_CHECK(s.reason.find("budget overrun") != std::string::npos);
+  }
+  // Shutdown is not held up by the call that was blocked in libvirt: the
+  // kill released it while libvirtd is still stopped.
+  auto t1 = clock_type::now();
+  BOOST_CHECK(!eng->stop());
+  sys.reset();
+  BOOST_CHECK(clock_type::now() - t1 < 5s);
+  d.lv.resume();
+}
+
+BOOST_AUTO_TEST_CASE(spec_01_kill_releases_a_blocked_libvirt_call_at_once) {
+  auto h = d.host();
+  h.keepalive_interval = 0s;
+  h.call_budget = 30s;
+  auto eng = engine::start(*sys, one_host(h));
+  BOOST_REQUIRE(eng);
+  caf::scoped_actor self{*sys};
+  auto link = link_of(self, *eng, "hv1");
+  BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+  d.lv.pause(); // the forward stalls: the call blocks inside libvirt
+  auto returned = std::make_shared<std::atomic<int64_t>>(0);
+  std::atomic<bool> done{false};
+  caf::error err;
+  std::mutex mtx;
+  sys->spawn([&, link, returned](caf::event_based_actor* a) {
+    a->request(link, 60s, atom::call_v, list_job(returned))
+      .then([&](call_result&) { done = true; },
+            [&](caf::error& e) {
+              std::lock_guard<std::mutex> g{mtx};
+              err = e;
+              done = true;
+            });
+  });
+  BOOST_REQUIRE(eventually([&] { return status_of(self, link).in_flight == 1; }));
+  std::this_thread::sleep_for(300ms);
+  BOOST_CHECK_EQUAL(returned->load(), 0); // still blocked
+  auto kill_at = clock_type::now().time_since_epoch().count();
+  self->request(link, 5s, atom::kill_v, std::string{"test"})
+    .receive([](link_status&) {}, [](caf::error&) {});
+  BOOST_REQUIRE(eventually([&] { return returned->load() != 0; }, 5s));
+  auto latency = std::chrono::nanoseconds(returned->load() - kill_at);
+  BOOST_TEST_MESSAGE("kill -> blocked libvirt call returned: "
+                     << std::chrono::duration_cast<std::chrono::microseconds>(latency).count()
+                     << " us");
+  // The design bound is 10 ms (measured ~2 ms); a loaded CI machine gets slack.
+  BOOST_CHECK(latency < 100ms);
+  BOOST_REQUIRE(eventually([&] { return done.load(); }));
+  {
+    std::lock_guard<std::mutex> g{mtx};
+    BOOST_CHECK(err == ec::link_down);
+  }
+  d.lv.resume();
+  BOOST_REQUIRE(!eng->stop());
+}
+
+BOOST_AUTO_TEST_CASE(spec_13_unknown_or_mismatched_host_key_is_permanent_and_nothing_is_sent) {
+  for (auto known : {d.ssh.wrong_known_hosts(), d.ssh.empty_known_hosts()}) {
+    auto h = d.host();
+    h.known_hosts = known;
+    auto eng = engine::start(*sys, one_host(h));
+    BOOST_REQUIRE(eng);
+    caf::scoped_actor self{*sys};
+    auto link = link_of(self, *eng, "hv1");
+    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::dead; }));
+    auto s = status_of(self, link);
+    BOOST_TEST_MESSAGE(s.reason);
+    BOOST_CHECK(s.reason.find("permanent/host_key_rejected") != std::string::npos);
+    BOOST_REQUIRE(!eng->stop());
+  }
+  // The server never saw a login attempt: the key check comes first.
+  auto log = d.ssh.log_text();
+  BOOST_CHECK(log.find("Accepted publickey") == std::string::npos);
+  BOOST_CHECK(log.find("Failed publickey") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(spec_13_wrong_user_key_is_permanent_with_a_clear_message) {
+  for (auto key : {d.ssh.unauthorized_key(), d.ssh.rsa_key()}) {
+    auto h = d.host();
+    h.key_file = key;
+    auto eng = engine::start(*sys, one_host(h));
+    BOOST_REQUIRE(eng);
+    caf::scoped_actor self{*sys};
+    auto link = link_of(self, *eng, "hv1");
+    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::dead; }));
+    auto s = status_of(self, link);
+    BOOST_TEST_MESSAGE(s.reason);
+    BOOST_CHECK(s.reason.find("permanent/auth_failed") != std::string::npos);
+    BOOST_REQUIRE(!eng->stop());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(spec_07_libvirtd_restart_and_sshd_crash_recover_by_redial) {
+  auto eng = engine::start(*sys, one_host(d.host(), {"px-1"}));
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }, 20s));
+  caf::scoped_actor self{*sys};
+  auto link = link_of(self, *eng, "hv1");
+  auto dials = status_of(self, link).dials;
+  d.lv.crash();
+  BOOST_CHECK(eventually([&] { return status_of(self, link).state == link_state::dead; }));
+  BOOST_TEST_MESSAGE("after libvirtd crash: " << status_of(self, link).reason);
+  d.lv.restart();
+  // The next poll redials (after the backoff) and the proxy converges again
+  // (the daemon's test driver starts empty, so the VM is recreated).
+  BOOST_CHECK(wait_status(*eng, [](auto& st) { return all_running(st, 1); }, 20s));
+  BOOST_CHECK(status_of(self, link).dials > dials);
+  dials = status_of(self, link).dials;
+  d.ssh.crash();
+  d.ssh.start();
+  // A new session over the restarted sshd: kill the link to force a redial
+  // through the new listener, as a dead session would.
+  self->request(link, 5s, atom::kill_v, std::string{"sshd restarted"})
+    .receive([](link_status&) {}, [](caf::error&) {});
+  BOOST_CHECK(eventually([&] {
+    auto s = status_of(self, link);
+    return s.state == link_state::up && s.dials > dials;
+  }, 20s));
+  BOOST_REQUIRE(!eng->stop());
+}
+
+BOOST_AUTO_TEST_CASE(spec_15_shutdown_is_bounded_with_calls_blocked_on_a_stopped_libvirtd) {
+  auto h = d.host();
+  h.call_budget = 60s;
+  h.keepalive_interval = 0s;
+  auto eng = engine::start(*sys, one_host(h, {"px-1", "px-2", "px-3"}));
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 3); }, 20s));
+  d.lv.pause(); // every poll from now on blocks inside libvirt
+  std::this_thread::sleep_for(500ms);
+  auto t0 = clock_type::now();
+  BOOST_CHECK(!eng->stop());
+  sys.reset();
+  auto took = clock_type::now() - t0;
+  BOOST_TEST_MESSAGE("shutdown with calls blocked on a stopped libvirtd: "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                     << " ms");
+  BOOST_CHECK(took < 5s);
+  d.lv.resume();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
