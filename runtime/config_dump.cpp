@@ -53,7 +53,24 @@ std::string dump_config(const engine_config& cfg) {
   out += "hosts = [\n";
   for (auto& h : cfg.hosts) {
     out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)
-           + ", domain-type = " + quoted(h.domain_type);
+           + ", domain-type = " + quoted(h.domain_type)
+           + ", transport = " + quoted(h.transport);
+    if (h.transport == "ssh")
+      out += ", address = " + quoted(h.address) + ", port = " + std::to_string(h.port)
+             + ", user = " + quoted(h.user) + ", key-file = " + quoted(h.key_file)
+             + ", known-hosts = " + quoted(h.known_hosts)
+             + ", remote-socket = " + quoted(h.remote_socket)
+             + (h.remote_command.empty() ? std::string{}
+                                         : ", remote-command = " + quoted(h.remote_command))
+             + ", ssh-keepalive = " + duration(h.ssh_keepalive)
+             + ", ssh-watchdog = " + duration(h.ssh_watchdog)
+             + ", tcp-user-timeout = " + duration(h.tcp_user_timeout);
+    if (h.transport == "local-socket")
+      out += ", socket = " + quoted(h.socket);
+    if (h.transport != "direct")
+      out += ", bridge-dir = " + quoted(h.bridge_dir);
+    out += ", keepalive-interval = " + duration(h.keepalive_interval)
+           + ", keepalive-count = " + std::to_string(h.keepalive_count);
     if (!h.pool.empty())
       out += ", pool = " + quoted(h.pool);
     if (!h.network.empty())

@@ -241,7 +241,7 @@ BOOST_AUTO_TEST_CASE(spec_13_wrong_user_key_is_permanent_with_a_clear_message) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(spec_07_libvirtd_restart_and_sshd_crash_recover_by_redial) {
+BOOST_AUTO_TEST_CASE(spec_18_libvirtd_restart_and_sshd_crash_recover_by_redial) {
   auto eng = engine::start(*sys, one_host(d.host(), {"px-1"}));
   BOOST_REQUIRE(eng);
   BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }, 20s));
