@@ -32,7 +32,7 @@ transport_factory transport_for(const host_config& h) {
     o.tcp_user_timeout = as<std::chrono::milliseconds>(h.tcp_user_timeout);
     o.ssh_keepalive_interval = as<std::chrono::seconds>(h.ssh_keepalive);
     o.ssh_watchdog = as<std::chrono::milliseconds>(h.ssh_watchdog);
-    return [o] { return std::make_shared<ssh_transport>(o); };
+    return over_ssh(std::move(o));
   }
   if (h.transport == "local-socket") {
     local_socket_options o;
@@ -40,7 +40,7 @@ transport_factory transport_for(const host_config& h) {
     o.socket_path = h.socket;
     o.libvirt_uri = h.uri;
     o.bridge_dir = h.bridge_dir;
-    return [o] { return std::make_shared<local_socket_transport>(o); };
+    return over_local_socket(std::move(o));
   }
   return direct(h.uri);
 }

@@ -457,33 +457,6 @@ bool uri_safe(const std::string& path) {
   });
 }
 
-// Turns `test-node` into test:///abs/path, relative to the config file's
-// directory so a config and its node XML can move together.
-std::string resolve_test_node(problems& out, const std::string& path,
-                              const std::string& node, const fs::path& base) {
-  if (node.empty()) {
-    out.add(path, "must not be empty");
-    return {};
-  }
-  auto file = fs::absolute(base / node).lexically_normal();
-  std::error_code err;
-  auto status = fs::status(file, err);
-  std::string problem;
-  if (!fs::exists(status))
-    problem = "no such file: ";
-  else if (!fs::is_regular_file(status))
-    problem = "not a regular file: ";
-  else if (!std::ifstream{file})
-    problem = "cannot read ";
-  else if (!uri_safe(file.string()))
-    problem = "path cannot be used in a test:// URI (spaces, '?', '#' or '%'): ";
-  if (!problem.empty()) {
-    out.add(path, problem + quoted_path(file.string()));
-    return {};
-  }
-  return "test://" + file.string();
-}
-
 // A file the engine must read (a key, known_hosts), relative to the config
 // file; the resolved absolute path, or "" after reporting why not.
 std::string resolve_file(problems& out, const std::string& path,
@@ -503,6 +476,25 @@ std::string resolve_file(problems& out, const std::string& path,
     return {};
   }
   return file.string();
+}
+
+// Turns `test-node` into test:///abs/path, relative to the config file's
+// directory so a config and its node XML can move together.
+std::string resolve_test_node(problems& out, const std::string& path,
+                              const std::string& node, const fs::path& base) {
+  if (node.empty()) {
+    out.add(path, "must not be empty");
+    return {};
+  }
+  auto file = resolve_file(out, path, node, base);
+  if (file.empty())
+    return {};
+  if (!uri_safe(file)) {
+    out.add(path, "path cannot be used in a test:// URI (spaces, '?', '#' or '%'): "
+                    + quoted_path(file));
+    return {};
+  }
+  return "test://" + file;
 }
 
 host_config read_host(problems& out, const std::string& path, const dict& d,

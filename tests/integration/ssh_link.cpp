@@ -22,6 +22,9 @@
 
 using namespace egress;
 using namespace std::chrono_literals;
+using test::eventually;
+using test::link_of;
+using test::status_of;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -61,32 +64,8 @@ struct fixture : test::engine_fixture {
   daemons d;
 };
 
-host_link_actor link_of(caf::scoped_actor& self, engine& eng, const std::string& host) {
-  host_link_actor out;
-  self->request(eng.fleet(), 5s, atom::link_v, host)
-    .receive([&](host_link_actor& h) { out = h; },
-             [&](caf::error& err) { BOOST_FAIL(render(err)); });
-  return out;
-}
 
-link_status status_of(caf::scoped_actor& self, const host_link_actor& link) {
-  link_status out;
-  self->request(link, 5s, atom::status_v)
-    .receive([&](link_status& s) { out = s; },
-             [&](caf::error& err) { BOOST_FAIL(render(err)); });
-  return out;
-}
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds max = 10s) {
-  auto deadline = clock_type::now() + max;
-  while (clock_type::now() < deadline) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
 
 // A libvirt call through the link: lists the domains.
 call_job list_job(std::shared_ptr<std::atomic<int64_t>> returned_ns = nullptr) {

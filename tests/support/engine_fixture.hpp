@@ -10,6 +10,9 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "messages/error.hpp"
 
 #include "runtime/engine.hpp"
 #include "runtime/log.hpp"
@@ -45,6 +48,36 @@ inline engine_config test_config(std::string entry = "unit") {
   c.redial_min = std::chrono::milliseconds(50);
   c.redial_max = std::chrono::milliseconds(200);
   return c;
+}
+
+/// Polls `pred` until it holds or `max` passed; true if it held.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds max = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + max;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
+}
+
+/// The host link the fleet runs for `host`.
+inline host_link_actor link_of(caf::scoped_actor& self, engine& eng, const std::string& host) {
+  host_link_actor out;
+  self->request(eng.fleet(), std::chrono::seconds(5), atom::link_v, host)
+    .receive([&](host_link_actor& h) { out = h; },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  return out;
+}
+
+/// A link's status, asked through its typed interface.
+inline link_status status_of(caf::scoped_actor& self, const host_link_actor& link) {
+  link_status out;
+  self->request(link, std::chrono::seconds(5), atom::status_v)
+    .receive([&](link_status& s) { out = s; },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  return out;
 }
 
 struct engine_fixture {

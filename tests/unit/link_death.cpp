@@ -20,6 +20,9 @@
 
 using namespace egress;
 using namespace std::chrono_literals;
+using test::eventually;
+using test::link_of;
+using test::status_of;
 
 namespace {
 
@@ -53,21 +56,7 @@ call_job wait_for_kill(std::shared_ptr<test::kill_probe> probe) {
   return job;
 }
 
-host_link_actor link_of(caf::scoped_actor& self, engine& eng, const std::string& host) {
-  host_link_actor out;
-  self->request(eng.fleet(), 5s, atom::link_v, host)
-    .receive([&](host_link_actor& h) { out = h; },
-             [&](caf::error& err) { BOOST_FAIL(render(err)); });
-  return out;
-}
 
-link_status status_of(caf::scoped_actor& self, const host_link_actor& link) {
-  link_status out;
-  self->request(link, 5s, atom::status_v)
-    .receive([&](link_status& s) { out = s; },
-             [&](caf::error& err) { BOOST_FAIL(render(err)); });
-  return out;
-}
 
 // Sends `job` from a fresh actor; the outcome lands in `err`/`done`.
 struct pending_call {
@@ -91,16 +80,6 @@ std::shared_ptr<pending_call> send_call(caf::actor_system& sys, host_link_actor 
   return out;
 }
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds max = 5s) {
-  auto deadline = std::chrono::steady_clock::now() + max;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
 
 } // namespace
 
