@@ -18,6 +18,7 @@
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "support/engine_fixture.hpp"
+#include "providers/ssh/ssh_transport.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
@@ -182,6 +183,44 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_releases_a_blocked_libvirt_call_at_once) {
   }
   d.lv.resume();
   BOOST_REQUIRE(!eng->stop());
+}
+
+BOOST_AUTO_TEST_CASE(spec_01_kill_during_libvirt_open_returns_at_once) {
+  // The transport alone, no actors: connect, pump on a thread of its own,
+  // then virConnectOpen through the bridge while libvirtd is stopped, so the
+  // open blocks waiting for the daemon's answer. The kill must free it.
+  auto h = d.host();
+  ssh_transport_options o;
+  o.host = h.name;
+  o.address = h.address;
+  o.port = static_cast<uint16_t>(h.port);
+  o.user = h.user;
+  o.key_file = h.key_file;
+  o.known_hosts = h.known_hosts;
+  o.remote_socket = h.remote_socket;
+  o.libvirt_uri = "test:///default";
+  auto t = std::make_shared<ssh_transport>(o);
+  BOOST_REQUIRE(!t->connect());
+  std::thread pump{[t] { t->pump(); }};
+  d.lv.pause();
+  std::atomic<int64_t> returned{0};
+  std::thread opener{[&] {
+    auto c = lv::connection::open(t->uri());
+    returned = clock_type::now().time_since_epoch().count();
+  }};
+  std::this_thread::sleep_for(500ms);
+  BOOST_CHECK_EQUAL(returned.load(), 0); // still blocked in the open
+  auto kill_at = clock_type::now().time_since_epoch().count();
+  t->kill();
+  BOOST_CHECK(eventually([&] { return returned.load() != 0; }, 5s));
+  auto latency = std::chrono::nanoseconds(returned.load() - kill_at);
+  BOOST_TEST_MESSAGE("kill -> blocked virConnectOpen returned: "
+                     << std::chrono::duration_cast<std::chrono::microseconds>(latency).count()
+                     << " us");
+  BOOST_CHECK(latency < 100ms);
+  opener.join();
+  pump.join();
+  d.lv.resume();
 }
 
 BOOST_AUTO_TEST_CASE(spec_13_unknown_or_mismatched_host_key_is_permanent_and_nothing_is_sent) {
