@@ -160,8 +160,21 @@ void start_transport_pump(host_link_pointer self, uint64_t gen) {
   // No timeout: the pump lives as long as the link. The call actor always
   // answers before it quits, so this request cannot be left dangling.
   auto on_end = [self, gen](std::string why) {
-    if (gen == self->state.generation)
+    auto& st = self->state;
+    if (gen != st.generation)
+      return;
+    if (st.state != link_state::dead) {
       mark_dead(self, "transport ended: " + why);
+      return;
+    }
+    // Already dead, often because the pump's end (a watchdog, say) reached
+    // a blocked call as EOF before the pump's own report arrived here. The
+    // news went out with the first reason; the status keeps the cause too
+    // (unless the pump merely reports the kill that this death ran).
+    if (why.ends_with(": killed"))
+      return;
+    st.reason += "; transport ended: " + why;
+    publish(self);
   };
   self->request(h, caf::infinite, atom::run_v)
     .then([on_end](call_result&) { on_end("pump returned"); },
