@@ -15,6 +15,8 @@ using clock = host_link_state::clock;
 
 std::string seconds_text(caf::timespan d) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms < 1000)
+    return std::to_string(ms) + "ms";
   auto s = std::to_string(ms / 1000);
   if (ms % 1000 != 0)
     s += "." + std::to_string(ms % 1000 / 100);
@@ -49,6 +51,15 @@ void dispose(host_link_pointer self, std::any value) {
 void start_dial(host_link_pointer self);
 void pump(host_link_pointer self);
 
+// Adds a cause that arrived after the death to the dead link's reason (once).
+void note_cause(host_link_pointer self, const std::string& cause) {
+  auto& st = self->state;
+  if (st.state != link_state::dead || st.reason.find(cause) != std::string::npos)
+    return;
+  st.reason += "; " + cause;
+  publish(self);
+}
+
 void run_call(host_link_pointer self, host_link_state::pending p) {
   auto& st = self->state;
   auto id = p.id;
@@ -75,8 +86,14 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
       [self, id, gen, what, budget](caf::error& err) {
         auto& st = self->state;
         auto i = st.in_flight.find(id);
-        if (i == st.in_flight.end())
+        if (i == st.in_flight.end()) {
+          // Abandoned: the link died first, often from the same cause
+          // arriving by another path (the pump saw libvirt close before this
+          // call reported why). Keep the cause in the status.
+          if (kills_link(err) && gen == st.generation)
+            note_cause(self, render(err));
           return;
+        }
         auto rp = std::move(i->second);
         st.in_flight.erase(i);
         if (err == caf::sec::request_timeout) {
@@ -169,12 +186,12 @@ void start_transport_pump(host_link_pointer self, uint64_t gen) {
     }
     // Already dead, often because the pump's end (a watchdog, say) reached
     // a blocked call as EOF before the pump's own report arrived here. The
-    // news went out with the first reason; the status keeps the cause too
-    // (unless the pump merely reports the kill that this death ran).
-    if (why.ends_with(": killed"))
+    // news went out with the first reason; the status keeps the cause too,
+    // unless the pump merely reports a consequence: the kill this death ran,
+    // or libvirt closing its side (whose call reports the cause itself).
+    if (why.ends_with(": killed") || why.ends_with(": local client EOF"))
       return;
-    st.reason += "; transport ended: " + why;
-    publish(self);
+    note_cause(self, "transport ended: " + why);
   };
   self->request(h, caf::infinite, atom::run_v)
     .then([on_end](call_result&) { on_end("pump returned"); },

@@ -225,7 +225,9 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
   st.spec_hash = spec_hash(st.opts.spec, st.opts.domain_type);
   st.status.name = st.opts.spec.name;
   st.status.host = st.opts.spec.host;
-  publish(self, proxy_status{});
+  // Announce the proxy before its first poll, so status lists it at once.
+  if (st.opts.sink)
+    self->send(st.opts.sink, st.status);
   self->send(self, atom::poll_v);
   return {
     [self](atom::status) { return self->state.status; },

@@ -272,6 +272,17 @@ void check_transport(problems& out, const std::string& path, const host_config& 
   check_range(out, at(path, "keepalive-count"), h.keepalive_count,
               keepalive_count_range);
   check_positive(out, at(path, "tcp-user-timeout"), h.tcp_user_timeout);
+  // libssh2 counts keepalive seconds; the watchdog needs keepalives shorter
+  // than itself, or an idle but healthy link would trip it.
+  if (h.ssh_keepalive.count() < 0 || h.ssh_keepalive.count() % 1'000'000'000 != 0)
+    out.add(at(path, "ssh-keepalive"),
+            "libssh2 counts whole seconds: use 0s (off), 1s, 2s, ...");
+  else if (h.ssh_watchdog.count() < 0)
+    out.add(at(path, "ssh-watchdog"), "must not be negative");
+  else if (h.ssh_watchdog.count() > 0
+           && (h.ssh_keepalive.count() == 0 || h.ssh_keepalive >= h.ssh_watchdog))
+    out.add(at(path, "ssh-watchdog"),
+            "needs an ssh-keepalive shorter than itself (0s turns the watchdog off)");
 }
 
 void check_host(problems& out, const std::string& path, const host_config& h,

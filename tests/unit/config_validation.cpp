@@ -345,6 +345,23 @@ BOOST_AUTO_TEST_CASE(ssh_host_without_its_required_keys) {
                            "libvirt counts whole seconds: use 0s (off), 1s, 2s, ..."));
 }
 
+BOOST_AUTO_TEST_CASE(ssh_watchdog_needs_a_shorter_keepalive) {
+  write("k", "key");
+  auto host = [](const std::string& extra) {
+    return std::string{"[engine]\nentry = \"e1\"\n"}
+           + "hosts = [{name = \"hv1\", transport = \"ssh\", address = \"192.0.2.7\", "
+             "key-file = \"k\", known-hosts = \"k\", " + extra + "}]\n";
+  };
+  BOOST_CHECK_EQUAL(problems(host("ssh-keepalive = 3s, ssh-watchdog = 3s")),
+                    line("engine.hosts[0].ssh-watchdog",
+                         "needs an ssh-keepalive shorter than itself (0s turns the watchdog off)"));
+  BOOST_CHECK_EQUAL(problems(host("ssh-keepalive = 500ms")),
+                    line("engine.hosts[0].ssh-keepalive",
+                         "libssh2 counts whole seconds: use 0s (off), 1s, 2s, ..."));
+  auto off = load(host("ssh-keepalive = 0s, ssh-watchdog = 0s"));
+  BOOST_CHECK_MESSAGE(off, why(off));
+}
+
 BOOST_AUTO_TEST_CASE(unknown_transport) {
   auto text = problems("[engine]\nentry = \"e1\"\n"
                        "hosts = [{name = \"hv1\", transport = \"telnet\"}]\n");
