@@ -269,7 +269,7 @@ void bed::partition_then_call(const host_config& h, const std::string& names) {
   {
     caf::scoped_actor self{*sys};
     auto link = link_of(self, *eng, h.name);
-    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+    BOOST_REQUIRE(test::wait_up(self, link));
     auto first = call_through(self, link);
     BOOST_REQUIRE_MESSAGE(first.ok, render(first.err));
 
@@ -325,7 +325,7 @@ BOOST_AUTO_TEST_CASE(spec_17_partition_with_a_call_in_flight_releases_it_within_
   {
     caf::scoped_actor self{*sys};
     auto link = link_of(self, *eng, "hv1");
-    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+    BOOST_REQUIRE(test::wait_up(self, link));
     auto first = call_through(self, link);
     BOOST_REQUIRE_MESSAGE(first.ok, render(first.err));
 
@@ -495,7 +495,7 @@ BOOST_AUTO_TEST_CASE(spec_15_shutdown_with_calls_blocked_on_a_partitioned_host_i
     // Scoped: a live scoped_actor would hold the actor system's destructor.
     caf::scoped_actor self{*sys};
     auto link = link_of(self, *eng, "hv1");
-    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+    BOOST_REQUIRE(test::wait_up(self, link));
     auto first = call_through(self, link);
     BOOST_REQUIRE_MESSAGE(first.ok, render(first.err));
     net.partition();

@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(spec_03_budget_overrun_with_libvirtd_stopped) {
     // Scoped: a live scoped_actor would hold the actor system's destructor.
     caf::scoped_actor self{*sys};
     auto link = link_of(self, *eng, "hv1");
-    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+    BOOST_REQUIRE(test::wait_up(self, link));
     d.lv.pause();
     auto t0 = clock_type::now();
     caf::error err;
@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_releases_a_blocked_libvirt_call_at_once) {
   BOOST_REQUIRE(eng);
   caf::scoped_actor self{*sys};
   auto link = link_of(self, *eng, "hv1");
-  BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+  BOOST_REQUIRE(test::wait_up(self, link));
   d.lv.pause(); // the forward stalls: the call blocks inside libvirt
   auto returned = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> done{false};

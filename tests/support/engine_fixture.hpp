@@ -80,6 +80,29 @@ inline link_status status_of(caf::scoped_actor& self, const host_link_actor& lin
   return out;
 }
 
+/// Waits until `link` is up. A link redials only when a call arrives, so a
+/// first dial that failed (a loaded machine, a daemon still starting) is
+/// retried here with a no-op call, as a proxy's next poll would.
+inline bool wait_up(caf::scoped_actor& self, const host_link_actor& link,
+                    std::chrono::milliseconds max = std::chrono::seconds(20)) {
+  link_status last;
+  bool up = eventually([&] {
+    last = status_of(self, link);
+    if (last.state == link_state::dead) {
+      call_job noop{"wait-up", [](lv::connection&) -> caf::expected<std::any> {
+                      return std::any{};
+                    }};
+      self->request(link, std::chrono::seconds(10), atom::call_v, std::move(noop))
+        .receive([](call_result&) {}, [](caf::error&) {});
+    }
+    return last.state == link_state::up;
+  }, max);
+  if (!up)
+    BOOST_TEST_MESSAGE("link " << last.host << " not up: " << to_string(last.state)
+                               << " (" << last.reason << "), dials " << last.dials);
+  return up;
+}
+
 struct engine_fixture {
   static caf::actor_system_config& init(caf::actor_system_config& cfg) {
     cfg.set("logger.file-verbosity", caf::atom("quiet"));

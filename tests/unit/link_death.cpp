@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(spec_02_dead_is_signalled_before_a_slow_kill_and_only_once)
   BOOST_REQUIRE(eng);
   caf::scoped_actor self{*sys};
   auto link = link_of(self, *eng, "hv1");
-  BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+  BOOST_REQUIRE(test::wait_up(self, link));
   auto rec = std::make_shared<recorder>();
   auto listener = sys->spawn(make_listener, rec, probe);
   self->send(link, atom::subscribe_v, listener);
@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE(spec_05_a_stuck_host_does_not_delay_another_host) {
   BOOST_REQUIRE(eng);
   caf::scoped_actor self{*sys};
   auto stuck = link_of(self, *eng, "stuck");
-  BOOST_REQUIRE(eventually([&] { return status_of(self, stuck).state == link_state::up; }));
+  BOOST_REQUIRE(test::wait_up(self, stuck));
   // Fill every slot of the stuck host and queue more behind them.
   std::vector<std::shared_ptr<pending_call>> calls;
   for (int i = 0; i < 8; ++i)
@@ -206,7 +206,7 @@ BOOST_AUTO_TEST_CASE(spec_15_shutdown_is_bounded_while_calls_are_blocked) {
   {
     caf::scoped_actor self{*sys};
     auto link = link_of(self, *eng, "hv1");
-    BOOST_REQUIRE(eventually([&] { return status_of(self, link).state == link_state::up; }));
+    BOOST_REQUIRE(test::wait_up(self, link));
     for (int i = 0; i < 3; ++i)
       send_call(*sys, link, wait_for_kill(probe));
     BOOST_REQUIRE(eventually([&] { return status_of(self, link).in_flight == 3; }));
