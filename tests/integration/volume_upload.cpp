@@ -216,6 +216,8 @@ public:
     eng_.emplace(std::move(*eng));
     caf::scoped_actor self{sys_};
     link_ = link_of(self, *eng_, "hv1");
+    // A first dial that failed on a loaded machine is retried by a call.
+    BOOST_REQUIRE(test::wait_up(self, link_));
   }
   ~link_path() override {
     if (eng_)

@@ -85,6 +85,11 @@ sshd::sshd(sshd_options opts) : opts_(std::move(opts)), dir_("sshd") {
              "StrictModes no\n"
              "PermitRootLogin prohibit-password\n"
              "AllowStreamLocalForwarding yes\n"
+             // A session whose client vanished (a partition, a namespace
+             // torn down) ends by itself within seconds instead of
+             // outliving the test.
+             "ClientAliveInterval 2\n"
+             "ClientAliveCountMax 2\n"
              "AllowTcpForwarding yes\n"
              "PrintMotd no\n"
              "PrintLastLog no\n"

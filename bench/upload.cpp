@@ -1,0 +1,533 @@
+// bench/upload: image upload throughput into a libvirt volume, the engine's
+// own SSH link against libvirt's built-in transports, on one machine.
+//
+//   bench-upload [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T] [--no-tune]
+//                                                    (root; exit 77 otherwise)
+//
+// A file of N MiB (default 512) of random data in a temp dir; one private
+// libvirtd (qemu:///system, a dir pool); one private sshd whose sessions see
+// that libvirtd's socket dir as /run/libvirt (sshd_options::libvirt_socket_dir),
+// so libvirt's own ssh URIs without socket= reach it as on a real host. Then,
+// side by side, the same file into a fresh raw volume via:
+//  (a) engine: a host link over the engine's SSH transport (libssh2, bridge,
+//      pump), a call_job running lv::upload_volume reading the file in
+//      chunks of K KiB (default 256); timed from job start to finish;
+//  (b) virsh vol-upload over qemu+ssh:// (the OpenSSH client, through a
+//      command= wrapper that pins the sshd's known_hosts);
+//  (c) virsh vol-upload over qemu+libssh2:// (libvirt's libssh2 transport);
+//  (d) the local unix socket (lv.uri()), lv::upload_volume on this thread:
+//      the ceiling; and virsh vol-upload on it, for virsh's own cost.
+// virsh runs are timed whole; a `virsh pool-list` with the same URI is timed
+// as the connect cost and subtracted. Every upload is compared byte for byte
+// with the file, then the volume is deleted. Then the chunk size is tuned
+// (256 KiB, 1 MiB, 4 MiB; T uploads each, default 1) on (a) and (d). R runs
+// (default 1) of the comparison, each starting with the next path; medians
+// are printed. Figures only, no assertions.
+
+#include <algorithm>
+#include <any>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "providers/libvirt/volumes.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/log.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint64_t mib = uint64_t{1} << 20;
+const std::string pool = "bench";
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6;
+  };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
+// N MiB from xoshiro256**: incompressible, fast to make.
+void write_random_file(const std::string& path, uint64_t mibs) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw std::runtime_error("create " + path + ": " + std::strerror(errno));
+  uint64_t s[4] = {0x9e3779b97f4a7c15ULL, 0xbf58476d1ce4e5b9ULL, 0x94d049bb133111ebULL,
+                   static_cast<uint64_t>(::getpid())};
+  auto rotl = [](uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+  std::vector<uint64_t> block(mib / 8);
+  for (uint64_t m = 0; m < mibs; ++m) {
+    for (auto& w : block) {
+      w = rotl(s[1] * 5, 7) * 9;
+      uint64_t t = s[1] << 17;
+      s[2] ^= s[0];
+      s[3] ^= s[1];
+      s[1] ^= s[2];
+      s[0] ^= s[3];
+      s[2] ^= t;
+      s[3] = rotl(s[3], 45);
+    }
+    if (::write(fd, block.data(), mib) != static_cast<ssize_t>(mib)) {
+      ::close(fd);
+      throw std::runtime_error("write " + path + ": " + std::strerror(errno));
+    }
+  }
+  ::close(fd);
+}
+
+// Byte-for-byte comparison of two files; "" if equal, else what differs.
+std::string compare_files(const std::string& a, const std::string& b) {
+  int fa = ::open(a.c_str(), O_RDONLY | O_CLOEXEC);
+  int fb = ::open(b.c_str(), O_RDONLY | O_CLOEXEC);
+  std::string out;
+  if (fa < 0 || fb < 0) {
+    out = "cannot open " + (fa < 0 ? a : b);
+  } else {
+    std::vector<char> x(4 * mib), y(4 * mib);
+    uint64_t at = 0;
+    for (;;) {
+      auto n = ::read(fa, x.data(), x.size());
+      auto m = n > 0 ? ::read(fb, y.data(), static_cast<size_t>(n)) : ::read(fb, y.data(), 1);
+      if (n != m) {
+        out = "sizes differ near byte " + std::to_string(at);
+        break;
+      }
+      if (n <= 0)
+        break;
+      if (std::memcmp(x.data(), y.data(), static_cast<size_t>(n)) != 0) {
+        out = "content differs in the 4 MiB block at byte " + std::to_string(at);
+        break;
+      }
+      at += static_cast<uint64_t>(n);
+    }
+  }
+  if (fa >= 0)
+    ::close(fa);
+  if (fb >= 0)
+    ::close(fb);
+  return out;
+}
+
+// A source reading a file sequentially.
+lv::upload_source file_source(int fd) {
+  return [fd](char* buf, size_t cap) -> caf::expected<size_t> {
+    for (;;) {
+      auto n = ::read(fd, buf, cap);
+      if (n >= 0)
+        return static_cast<size_t>(n);
+      if (errno != EINTR)
+        return make_error(ec::invalid_argument,
+                          std::string{"image file read: "} + std::strerror(errno));
+    }
+  };
+}
+
+struct setup {
+  testbed::temp_dir tmp{"upload"};
+  std::string image;
+  uint64_t bytes = 0;
+  testbed::libvirtd lv;
+  testbed::sshd ssh;
+  std::string pool_dir;
+  std::string wrapper;
+
+  static testbed::libvirtd_options lv_options() {
+    testbed::libvirtd_options o;
+    o.warm_qemu_caps = false; // storage only
+    return o;
+  }
+  testbed::sshd_options ssh_options() const {
+    testbed::sshd_options o;
+    o.libvirt_socket_dir = lv.socket_dir();
+    return o;
+  }
+
+  explicit setup(uint64_t mibs) : lv(lv_options()), ssh(ssh_options()) {
+    image = tmp / "image.raw";
+    bytes = mibs * mib;
+    write_random_file(image, mibs);
+    lv.start();
+    ssh.start();
+    pool_dir = lv.define_dir_pool(pool);
+    // libvirt's qemu+ssh runs `<command> [-p port] [-l user] [-i key] ... host
+    // sh -c '...'`: the wrapper pins the sshd's known_hosts and reads no
+    // config, agent or other key (as feasibility.md's sshwrap).
+    wrapper = tmp / "sshwrap";
+    testbed::write_file(wrapper,
+                        "#!/bin/sh\nexec ssh -F /dev/null -o BatchMode=yes"
+                        " -o IdentitiesOnly=yes -o IdentityAgent=none"
+                        " -o StrictHostKeyChecking=yes -o GlobalKnownHostsFile=/dev/null"
+                        " -o UserKnownHostsFile="
+                          + ssh.known_hosts() + " \"$@\"\n",
+                        0755);
+  }
+
+  std::string authority() const {
+    return "root@" + ssh.address() + ":" + std::to_string(ssh.port());
+  }
+  std::string openssh_uri() const {
+    return "qemu+ssh://" + authority() + "/system?keyfile=" + ssh.client_key()
+           + "&no_verify=0&no_tty=1&command=" + wrapper;
+  }
+  std::string libssh2_uri() const {
+    return "qemu+libssh2://" + authority() + "/system?keyfile=" + ssh.client_key()
+           + "&known_hosts=" + ssh.known_hosts() + "&sshauth=privkey";
+  }
+
+  host_config host() const {
+    host_config h;
+    h.name = "hv1";
+    h.uri = "qemu:///system";
+    h.domain_type = "qemu";
+    h.address_sources = {"lease"};
+    h.transport = "ssh";
+    h.address = ssh.address();
+    h.port = static_cast<uint32_t>(ssh.port());
+    h.user = ssh.user();
+    h.key_file = ssh.client_key();
+    h.known_hosts = ssh.known_hosts();
+    h.remote_socket = lv.socket_path();
+    h.call_budget = 600s;
+    h.connect_timeout = 10s;
+    return h;
+  }
+};
+
+struct measurement {
+  std::string label;
+  double seconds = 0;       // the upload itself
+  double total_seconds = 0; // whole command / caller-observed
+  double connect_seconds = 0;
+  double cpu = 0;           // this process's CPU seconds during the upload
+  std::string error;        // failure or content mismatch
+  double mib_s(uint64_t bytes) const {
+    return seconds > 0 ? static_cast<double>(bytes) / static_cast<double>(mib) / seconds : 0;
+  }
+};
+
+class bench {
+public:
+  bench(setup& s, caf::actor_system& sys) : s_(s), sys_(sys) {
+    auto c = lv::connection::open(s.lv.uri(), lv::keepalive{1, 3});
+    if (!c)
+      throw std::runtime_error("open " + s.lv.uri() + ": " + render(c.error()));
+    direct_ = *c;
+    engine_config cfg;
+    cfg.entry = "bench";
+    cfg.poll_interval = 2s;
+    cfg.shutdown_timeout = 10s;
+    cfg.hosts.push_back(s.host());
+    auto eng = egress::engine::start(sys, cfg);
+    if (!eng)
+      throw std::runtime_error("engine start: " + render(eng.error()));
+    eng_.emplace(std::move(*eng));
+    caf::scoped_actor self{sys_};
+    self->request(eng_->fleet(), 5s, atom::link_v, std::string{"hv1"})
+      .receive([&](host_link_actor& h) { link_ = h; },
+               [&](caf::error& err) { throw std::runtime_error("link: " + render(err)); });
+    // The first call dials: not part of any figure.
+    auto t0 = clock_type::now();
+    auto err = call([](lv::connection& c) -> caf::error {
+      return lv::delete_volume(c, pool, "warm-up");
+    });
+    if (err)
+      throw std::runtime_error("first call over the link: " + render(err));
+    std::printf("link up (dial + first call) in %.0f ms\n", seconds_since(t0) * 1000);
+  }
+
+  ~bench() {
+    if (eng_)
+      if (auto err = eng_->stop())
+        std::printf("engine stop: %s\n", render(err).c_str());
+  }
+
+  measurement engine(size_t chunk) {
+    measurement m;
+    m.label = "engine ssh link, chunk " + std::to_string(chunk >> 10) + " KiB";
+    auto vol = fresh_volume("up-engine");
+    auto job_s = std::make_shared<double>(0);
+    auto cpu0 = cpu_seconds();
+    auto t0 = clock_type::now();
+    auto image = s_.image;
+    auto bytes = s_.bytes;
+    auto err = call([=](lv::connection& c) -> caf::error {
+      auto start = clock_type::now();
+      int fd = ::open(image.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0)
+        return make_error(ec::invalid_argument, "open " + image);
+      auto e = lv::upload_volume(c, pool, vol, 0, bytes, file_source(fd), chunk);
+      ::close(fd);
+      *job_s = seconds_since(start);
+      return e;
+    });
+    m.total_seconds = seconds_since(t0);
+    m.cpu = cpu_seconds() - cpu0;
+    m.seconds = *job_s;
+    finish(m, err ? render(err) : "", vol);
+    return m;
+  }
+
+  measurement direct(size_t chunk) {
+    measurement m;
+    m.label = "unix socket (API), chunk " + std::to_string(chunk >> 10) + " KiB";
+    auto vol = fresh_volume("up-direct");
+    int fd = ::open(s_.image.c_str(), O_RDONLY | O_CLOEXEC);
+    auto cpu0 = cpu_seconds();
+    auto t0 = clock_type::now();
+    auto err = lv::upload_volume(*direct_, pool, vol, 0, s_.bytes, file_source(fd), chunk);
+    m.seconds = m.total_seconds = seconds_since(t0);
+    m.cpu = cpu_seconds() - cpu0;
+    ::close(fd);
+    finish(m, err ? render(err) : "", vol);
+    return m;
+  }
+
+  measurement virsh(const std::string& label, const std::string& uri) {
+    measurement m;
+    m.label = label;
+    auto vol = fresh_volume("up-virsh");
+    auto t0 = clock_type::now();
+    auto up = testbed::run({"virsh", "-q", "-c", uri, "vol-upload", "--pool", pool, vol,
+                            s_.image},
+                           std::chrono::seconds(900));
+    m.total_seconds = seconds_since(t0);
+    auto t1 = clock_type::now();
+    auto list = testbed::run({"virsh", "-q", "-c", uri, "pool-list"}, std::chrono::seconds(60));
+    m.connect_seconds = seconds_since(t1);
+    m.seconds = m.total_seconds - m.connect_seconds;
+    std::string err;
+    if (!up.ok())
+      err = "vol-upload: exit " + std::to_string(up.exit_code) + ": " + up.output;
+    else if (!list.ok())
+      err = "pool-list: exit " + std::to_string(list.exit_code) + ": " + list.output;
+    finish(m, err, vol);
+    return m;
+  }
+
+private:
+  caf::error call(std::function<caf::error(lv::connection&)> fn) {
+    call_job job;
+    job.what = "bench upload";
+    job.budget = 600s;
+    job.fn = [fn = std::move(fn)](lv::connection& c) -> caf::expected<std::any> {
+      if (auto err = fn(c))
+        return err;
+      return std::any{};
+    };
+    caf::error out;
+    caf::scoped_actor self{sys_};
+    self->request(link_, 660s, atom::call_v, std::move(job))
+      .receive([](call_result&) {}, [&](caf::error& e) { out = std::move(e); });
+    return out;
+  }
+
+  std::string fresh_volume(const std::string& name) {
+    if (auto err = lv::delete_volume(*direct_, pool, name))
+      throw std::runtime_error(render(err));
+    auto vol = lv::create_volume(*direct_, pool, name, s_.bytes, "raw");
+    if (!vol)
+      throw std::runtime_error(render(vol.error()));
+    return name;
+  }
+
+  void finish(measurement& m, std::string err, const std::string& vol) {
+    if (err.empty())
+      err = compare_files(s_.image, s_.pool_dir + "/" + vol);
+    m.error = std::move(err);
+    if (auto e = lv::delete_volume(*direct_, pool, vol))
+      std::printf("  delete %s: %s\n", vol.c_str(), render(e).c_str());
+  }
+
+  setup& s_;
+  caf::actor_system& sys_;
+  lv::connection_ptr direct_;
+  std::optional<egress::engine> eng_;
+  host_link_actor link_;
+};
+
+void print(const measurement& m, uint64_t bytes) {
+  if (!m.error.empty()) {
+    std::printf("  %-40s FAILED: %s\n", m.label.c_str(), m.error.c_str());
+    return;
+  }
+  std::printf("  %-40s %7.1f MiB/s  upload %6.2f s", m.label.c_str(), m.mib_s(bytes),
+              m.seconds);
+  if (m.connect_seconds > 0)
+    std::printf("  (command %.2f s - connect %.2f s)", m.total_seconds, m.connect_seconds);
+  else if (m.total_seconds > m.seconds)
+    std::printf("  (caller saw %.2f s)", m.total_seconds);
+  if (m.cpu > 0)
+    std::printf("  bench CPU %.2f s", m.cpu);
+  std::printf("\n");
+}
+
+std::string load_average() {
+  auto text = testbed::read_file("/proc/loadavg");
+  auto end = text.find(' ', text.find(' ', text.find(' ') + 1) + 1);
+  return text.substr(0, end);
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty())
+    return 0;
+  std::sort(xs.begin(), xs.end());
+  auto n = xs.size();
+  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+double median_rate(const std::vector<measurement>& ms, uint64_t bytes) {
+  std::vector<double> r;
+  for (auto& m : ms)
+    if (m.error.empty())
+      r.push_back(m.mib_s(bytes));
+  return median(r);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  uint64_t mibs = 512;
+  size_t chunk_kib = 256;
+  int runs = 1;
+  int tune_runs = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--mib" && i + 1 < argc) {
+      mibs = std::max<uint64_t>(1, std::strtoull(argv[++i], nullptr, 10));
+    } else if (a == "--chunk-kib" && i + 1 < argc) {
+      chunk_kib = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--runs" && i + 1 < argc) {
+      runs = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--tune-runs" && i + 1 < argc) {
+      tune_runs = std::max(0, std::atoi(argv[++i]));
+    } else if (a == "--no-tune") {
+      tune_runs = 0;
+    } else {
+      std::fprintf(stderr, "usage: %s [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T]"
+                   " [--no-tune]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  auto chunk = chunk_kib << 10;
+  if (chunk < lv::min_upload_chunk || chunk > lv::max_upload_chunk) {
+    std::fprintf(stderr, "--chunk-kib must be within [%zu, %zu]\n", lv::min_upload_chunk >> 10,
+                 lv::max_upload_chunk >> 10);
+    return 2;
+  }
+  if (::geteuid() != 0) {
+    std::printf("SKIPPED: needs root\n");
+    return 77;
+  }
+  testbed::require_root_or_skip(); // namespaces and tools; reaps stale leftovers
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  log::set_level(log::level::error);
+
+  try {
+    auto t0 = clock_type::now();
+    setup s{mibs};
+    std::printf("bench-upload: %llu MiB random file; libvirtd pid %d (dir pool %s);"
+                " sshd %s:%d pid %d; setup %.1f s\n",
+                static_cast<unsigned long long>(mibs), static_cast<int>(s.lv.pid()),
+                pool.c_str(), s.ssh.address().c_str(), s.ssh.port(),
+                static_cast<int>(s.ssh.pid()), seconds_since(t0));
+    std::printf("  (b) %s\n  (c) %s\n  (d) %s\n", s.openssh_uri().c_str(),
+                s.libssh2_uri().c_str(), s.lv.uri().c_str());
+    caf::actor_system_config cfg;
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    configure(cfg);
+    caf::actor_system sys{cfg};
+    {
+      bench b{s, sys};
+      // Not counted: the first writes of a run into fresh page-cache memory
+      // were 3-5x slower than every later one here (a VM whose memory the
+      // host backs on first touch); whichever path went first paid for it.
+      std::printf("\nwarm-up (not counted):\n");
+      print(b.direct(lv::min_upload_chunk), s.bytes);
+      std::vector<measurement> a, bo, c, d, dv;
+      using step = std::function<void()>;
+      std::vector<step> steps{
+        [&] { print(a.emplace_back(b.engine(chunk)), s.bytes); },
+        [&] {
+          print(bo.emplace_back(b.virsh("(b) virsh qemu+ssh (OpenSSH)", s.openssh_uri())),
+                s.bytes);
+        },
+        [&] {
+          print(c.emplace_back(b.virsh("(c) virsh qemu+libssh2", s.libssh2_uri())), s.bytes);
+        },
+        [&] { print(d.emplace_back(b.direct(chunk)), s.bytes); },
+        [&] { print(dv.emplace_back(b.virsh("(d) virsh qemu+unix", s.lv.uri())), s.bytes); },
+      };
+      for (int r = 0; r < runs; ++r) {
+        std::printf("\n[run %d/%d] %llu MiB each; load average %s\n", r + 1, runs,
+                    static_cast<unsigned long long>(mibs), load_average().c_str());
+        // Each run starts with the next path, so none is always first.
+        for (size_t i = 0; i < steps.size(); ++i)
+          steps[(i + static_cast<size_t>(r)) % steps.size()]();
+      }
+      auto ra = median_rate(a, s.bytes), rb = median_rate(bo, s.bytes),
+           rc = median_rate(c, s.bytes), rd = median_rate(d, s.bytes),
+           rdv = median_rate(dv, s.bytes);
+      std::printf("\n==== results (median of %d; MiB/s, connect cost excluded) ====\n", runs);
+      std::printf("  (a) engine ssh link           %7.1f\n", ra);
+      std::printf("  (b) virsh qemu+ssh (OpenSSH)  %7.1f\n", rb);
+      std::printf("  (c) virsh qemu+libssh2        %7.1f\n", rc);
+      std::printf("  (d) unix socket, API          %7.1f   virsh: %.1f\n", rd, rdv);
+      std::printf("  engine / (b) OpenSSH = %.2fx  (goal >= 1.5x)\n", rb > 0 ? ra / rb : 0);
+      std::printf("  engine / (c) libssh2 = %.2fx  (goal >= 2x)\n", rc > 0 ? ra / rc : 0);
+      std::printf("  engine / (d) unix    = %.2f of the ceiling\n", rd > 0 ? ra / rd : 0);
+      if (tune_runs > 0) {
+        std::printf("\n==== chunk size (%d upload(s) per size and path, interleaved;"
+                    " load average %s) ====\n",
+                    tune_runs, load_average().c_str());
+        const std::vector<size_t> kibs{256, 1024, 4096};
+        std::vector<std::vector<measurement>> te(kibs.size()), td(kibs.size());
+        for (int r = 0; r < tune_runs; ++r)
+          for (size_t i = 0; i < kibs.size(); ++i) {
+            print(te[i].emplace_back(b.engine(kibs[i] << 10)), s.bytes);
+            print(td[i].emplace_back(b.direct(kibs[i] << 10)), s.bytes);
+          }
+        std::printf("  median MiB/s by chunk:     engine ssh link   unix socket (API)\n");
+        for (size_t i = 0; i < kibs.size(); ++i)
+          std::printf("  %5zu KiB               %14.1f   %17.1f\n", kibs[i],
+                      median_rate(te[i], s.bytes), median_rate(td[i], s.bytes));
+        auto best = median_rate(te[0], s.bytes);
+        std::printf("  engine at 256 KiB / (b) OpenSSH = %.2fx, / (c) libssh2 = %.2fx\n",
+                    rb > 0 ? best / rb : 0, rc > 0 ? best / rc : 0);
+      }
+    }
+    std::printf("\ntotal %.1f s\n", seconds_since(t0));
+  } catch (const std::exception& e) {
+    std::printf("bench-upload: FAILED: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

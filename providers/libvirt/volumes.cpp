@@ -1,0 +1,247 @@
+#include "providers/libvirt/volumes.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include <libvirt/virterror.h>
+#include <pugixml.hpp>
+
+#include "messages/error.hpp"
+#include "providers/libvirt/error.hpp"
+#include "providers/libvirt/names.hpp"
+
+namespace egress::lv {
+
+namespace {
+
+bool is(const caf::error& err, ec code) {
+  // category() of an empty error dereferences null in CAF 0.17.
+  return err && err.category() == caf::atom("egress")
+         && err.code() == static_cast<uint8_t>(code);
+}
+
+std::string size_text(uint64_t bytes) {
+  return std::to_string(bytes) + " bytes";
+}
+
+caf::expected<pool_ptr> lookup_pool(connection& c, const std::string& pool,
+                                    const std::string& what) {
+  pool_ptr p{virStoragePoolLookupByName(c.get(), pool.c_str())};
+  if (!p)
+    return last_error(what + ": pool " + pool);
+  return p;
+}
+
+std::string volume_xml(const std::string& name, uint64_t capacity,
+                       const std::string& format) {
+  pugi::xml_document doc;
+  auto vol = doc.append_child("volume");
+  vol.append_child("name").text() = name.c_str();
+  auto cap = vol.append_child("capacity");
+  cap.append_attribute("unit") = "bytes";
+  cap.text() = static_cast<unsigned long long>(capacity);
+  // Sparse: a dir pool would otherwise write (or fallocate) the whole
+  // capacity before the upload overwrites it anyway. qcow2 allocates on
+  // write by itself.
+  if (format == "raw") {
+    auto alloc = vol.append_child("allocation");
+    alloc.append_attribute("unit") = "bytes";
+    alloc.text() = 0;
+  }
+  vol.append_child("target").append_child("format").append_attribute("type")
+    = format.c_str();
+  std::ostringstream out;
+  doc.save(out, "  ", pugi::format_default | pugi::format_no_declaration);
+  return out.str();
+}
+
+// An active stream: aborted unless finished, whichever way the upload ends
+// (also when the source throws). Declared after the stream_ptr that frees
+// the handle, so the abort runs first.
+class stream_guard {
+public:
+  explicit stream_guard(virStreamPtr st) noexcept : st_(st) {}
+  ~stream_guard() { abort(); }
+  stream_guard(const stream_guard&) = delete;
+  stream_guard& operator=(const stream_guard&) = delete;
+
+  /// virStreamAbort, once. Its own failure (the connection is already gone)
+  /// must not replace the error the caller is about to return.
+  void abort() noexcept {
+    if (!st_)
+      return;
+    if (virStreamAbort(st_) < 0)
+      virResetLastError();
+    st_ = nullptr;
+  }
+
+  /// virStreamFinish succeeded (or failed): libvirt has closed its side, an
+  /// abort afterwards would be a no-op.
+  void closed() noexcept { st_ = nullptr; }
+
+private:
+  virStreamPtr st_;
+};
+
+caf::error upload(connection& c, virStorageVolPtr vol, const std::string& what,
+                  uint64_t offset, uint64_t length, const upload_source& read,
+                  size_t chunk, uint64_t* sent) {
+  uint64_t done = 0;
+  if (sent != nullptr)
+    *sent = 0;
+  if (vol == nullptr)
+    return make_error(ec::invalid_argument, what + ": no volume given");
+  if (!read)
+    return make_error(ec::invalid_argument, what + ": no source given");
+  if (chunk < min_upload_chunk || chunk > max_upload_chunk)
+    return make_error(ec::invalid_argument,
+                      what + ": chunk of " + size_text(chunk) + " is outside ["
+                        + size_text(min_upload_chunk) + ", "
+                        + size_text(max_upload_chunk) + "]");
+  // Not zero-filled: only what the source wrote is ever sent.
+  std::unique_ptr<char[]> buf{new char[chunk]};
+  stream_ptr st{virStreamNew(c.get(), 0)};
+  if (!st)
+    return last_error(what + ": new stream");
+  if (virStorageVolUpload(vol, st.get(), static_cast<unsigned long long>(offset),
+                          static_cast<unsigned long long>(length), 0)
+      < 0)
+    return last_error(what); // the stream never became active: freeing is enough
+  stream_guard guard{st.get()};
+  auto at = [&] { return " after " + size_text(done); };
+  for (;;) {
+    auto want = length == 0 ? chunk
+                            : static_cast<size_t>(std::min<uint64_t>(chunk, length - done));
+    if (want == 0)
+      break;
+    // Fill a whole packet: libvirt's per-packet cost (a message, a wake-up
+    // of the daemon's stream handler) is what small sends pay for.
+    size_t have = 0;
+    bool ended = false;
+    while (have < want) {
+      auto n = read(buf.get() + have, want - have);
+      if (!n) {
+        guard.abort();
+        if (!n.error()) // a failure without an error must not read as success
+          return make_error(ec::invalid_argument,
+                            what + ": the source failed without an error" + at());
+        return std::move(n.error()); // the source's own error, unchanged
+      }
+      if (*n > want - have) {
+        guard.abort();
+        return make_error(ec::invalid_argument,
+                          what + ": the source returned " + size_text(*n)
+                            + " for a buffer of " + size_text(want - have) + at());
+      }
+      if (*n == 0) {
+        ended = true;
+        break;
+      }
+      have += *n;
+    }
+    for (size_t off = 0; off < have;) {
+      auto n = virStreamSend(st.get(), buf.get() + off, have - off);
+      if (n <= 0) { // -2 (would block) cannot happen on a blocking stream
+        auto err = last_error(what + ": send" + at());
+        guard.abort();
+        return err;
+      }
+      off += static_cast<size_t>(n);
+      done += static_cast<uint64_t>(n);
+      if (sent != nullptr)
+        *sent = done;
+    }
+    if (ended) {
+      if (length != 0 && done < length) {
+        guard.abort();
+        return make_error(ec::invalid_argument, what + ": the source ended after "
+                                                  + size_text(done) + " of "
+                                                  + size_text(length));
+      }
+      break;
+    }
+  }
+  if (virStreamFinish(st.get()) < 0) {
+    auto err = last_error(what + ": finish" + at());
+    guard.abort(); // a no-op once finish closed it; harmless otherwise
+    return err;
+  }
+  guard.closed();
+  return {};
+}
+
+} // namespace
+
+caf::expected<volume_ptr> create_volume(connection& c, const std::string& pool,
+                                        const std::string& name, uint64_t capacity_bytes,
+                                        const std::string& format) {
+  if (auto err = check_name("pool", pool))
+    return err;
+  if (auto err = check_name("volume", name))
+    return err;
+  auto what = "create volume " + pool + "/" + name;
+  if (format != "raw" && format != "qcow2")
+    return make_error(ec::invalid_argument,
+                      what + ": format " + quote(format) + " is not raw or qcow2");
+  if (capacity_bytes == 0)
+    return make_error(ec::invalid_argument, what + ": capacity 0");
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  auto xml = volume_xml(name, capacity_bytes, format);
+  volume_ptr vol{virStorageVolCreateXML(p->get(), xml.c_str(), 0)};
+  if (!vol)
+    return last_error(what);
+  return vol;
+}
+
+caf::error delete_volume(connection& c, const std::string& pool, const std::string& name) {
+  if (auto err = check_name("pool", pool))
+    return err;
+  if (auto err = check_name("volume", name))
+    return err;
+  auto what = "delete volume " + pool + "/" + name;
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  if (!vol) {
+    auto err = last_error(what);
+    return is(err, ec::no_volume) ? caf::error{} : err;
+  }
+  if (virStorageVolDelete(vol.get(), 0) < 0) {
+    auto err = last_error(what);
+    return is(err, ec::no_volume) ? caf::error{} : err; // deleted meanwhile
+  }
+  return {};
+}
+
+caf::error upload_volume(connection& c, virStorageVolPtr vol, uint64_t offset,
+                         uint64_t length, const upload_source& read, size_t chunk,
+                         uint64_t* sent) {
+  const char* name = vol != nullptr ? virStorageVolGetName(vol) : nullptr;
+  return upload(c, vol, std::string{"upload "} + (name != nullptr ? name : "volume"),
+                offset, length, read, chunk, sent);
+}
+
+caf::error upload_volume(connection& c, const std::string& pool, const std::string& name,
+                         uint64_t offset, uint64_t length, const upload_source& read,
+                         size_t chunk, uint64_t* sent) {
+  if (sent != nullptr)
+    *sent = 0;
+  if (auto err = check_name("pool", pool))
+    return err;
+  if (auto err = check_name("volume", name))
+    return err;
+  auto what = "upload " + pool + "/" + name;
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  if (!vol)
+    return last_error(what);
+  return upload(c, vol.get(), what, offset, length, read, chunk, sent);
+}
+
+} // namespace egress::lv
