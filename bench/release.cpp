@@ -49,6 +49,7 @@
 #include "providers/libvirt/domains.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/log.hpp"
+#include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
@@ -121,21 +122,8 @@ struct daemons {
   // Default liveness settings (config.hpp); only the budget is raised so that
   // it never ends a call here.
   host_config host(std::string name) const {
-    host_config h;
-    h.name = std::move(name);
-    h.uri = "test:///default";
-    h.domain_type = "test";
-    h.network = "default";
-    h.address_sources = {"lease"};
-    h.transport = "ssh";
-    h.address = ssh.address();
-    h.port = static_cast<uint32_t>(ssh.port());
-    h.user = ssh.user();
-    h.key_file = ssh.client_key();
-    h.known_hosts = ssh.known_hosts();
-    h.remote_socket = lv.socket_path();
+    auto h = test::ssh_host(ssh, lv, std::move(name));
     h.call_budget = 60s;
-    h.connect_timeout = 5s;
     return h;
   }
 };

@@ -51,6 +51,7 @@
 #include "providers/libvirt/volumes.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/log.hpp"
+#include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
@@ -203,18 +204,7 @@ struct setup {
   }
 
   host_config host() const {
-    host_config h;
-    h.name = "hv1";
-    h.uri = "qemu:///system";
-    h.domain_type = "qemu";
-    h.address_sources = {"lease"};
-    h.transport = "ssh";
-    h.address = ssh.address();
-    h.port = static_cast<uint32_t>(ssh.port());
-    h.user = ssh.user();
-    h.key_file = ssh.client_key();
-    h.known_hosts = ssh.known_hosts();
-    h.remote_socket = lv.socket_path();
+    auto h = test::ssh_host(ssh, lv, "hv1", "qemu:///system");
     h.call_budget = 600s;
     h.connect_timeout = 10s;
     return h;

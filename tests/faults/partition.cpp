@@ -24,6 +24,7 @@
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "support/engine_fixture.hpp"
+#include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
@@ -56,15 +57,7 @@ testbed::libvirtd_options lv_options() {
 // A host reached through `ssh`, whose sessions forward to `lv`'s socket.
 host_config host_via(const testbed::sshd& ssh, const testbed::libvirtd& lv,
                      std::string name) {
-  host_config h = test::test_host(std::move(name), "test:///default");
-  h.transport = "ssh";
-  h.address = ssh.address();
-  h.port = static_cast<uint32_t>(ssh.port());
-  h.user = ssh.user();
-  h.key_file = ssh.client_key();
-  h.known_hosts = ssh.known_hosts();
-  h.remote_socket = lv.socket_path();
-  h.connect_timeout = 5s;
+  auto h = test::ssh_host(ssh, lv, std::move(name));
   // Only liveness may release a caller in these tests, never the budget.
   h.call_budget = 60s;
   return h;

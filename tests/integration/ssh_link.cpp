@@ -19,6 +19,7 @@
 #include "providers/libvirt/domains.hpp"
 #include "support/engine_fixture.hpp"
 #include "providers/ssh/ssh_transport.hpp"
+#include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
@@ -47,16 +48,8 @@ struct daemons {
   }
 
   host_config host(std::string name = "hv1") const {
-    host_config h = test::test_host(std::move(name), "test:///default");
-    h.transport = "ssh";
-    h.address = ssh.address();
-    h.port = static_cast<uint32_t>(ssh.port());
-    h.user = ssh.user();
-    h.key_file = ssh.client_key();
-    h.known_hosts = ssh.known_hosts();
-    h.remote_socket = lv.socket_path();
+    auto h = test::ssh_host(ssh, lv, std::move(name));
     h.call_budget = 2s;
-    h.connect_timeout = 5s;
     return h;
   }
 };
