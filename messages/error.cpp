@@ -38,11 +38,14 @@ const char* to_string(ec code) {
     case ec::shutting_down: return "shutting_down";
     case ec::no_address_source: return "no_address_source";
     case ec::ssh_failed: return "ssh_failed";
+    case ec::source_failed: return "source_failed";
+    case ec::source_timeout: return "source_timeout";
     case ec::no_domain: return "no_domain";
     case ec::no_pool: return "no_pool";
     case ec::no_volume: return "no_volume";
     case ec::no_network: return "no_network";
     case ec::libvirt_not_found: return "libvirt_not_found";
+    case ec::source_not_found: return "source_not_found";
     case ec::invalid_argument: return "invalid_argument";
     case ec::xml_error: return "xml_error";
     case ec::access_denied: return "access_denied";
@@ -53,6 +56,9 @@ const char* to_string(ec code) {
     case ec::foreign_domain: return "foreign_domain";
     case ec::host_key_rejected: return "host_key_rejected";
     case ec::auth_failed: return "auth_failed";
+    case ec::source_rejected: return "source_rejected";
+    case ec::length_mismatch: return "length_mismatch";
+    case ec::digest_mismatch: return "digest_mismatch";
   }
   return "unknown";
 }

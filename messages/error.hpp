@@ -29,12 +29,15 @@ enum class ec : uint8_t {
   shutting_down = 6,      // the engine is stopping
   no_address_source = 7,  // every address source failed
   ssh_failed = 8,         // TCP/SSH transport failure (refused, reset, timeout, EOF)
+  source_failed = 9,      // an image source failed: HTTP 5xx/408/429, refused, reset, cut short
+  source_timeout = 10,    // an image source ran past its deadline or fell below its low-speed limit
   // -- not found --------------------------------------------------------------
   no_domain = 64,
   no_pool = 65,
   no_volume = 66,
   no_network = 67,
   libvirt_not_found = 68,
+  source_not_found = 69,  // an image source has no such object (HTTP 404/410, missing file)
   // -- permanent --------------------------------------------------------------
   invalid_argument = 128,
   xml_error = 129,
@@ -46,6 +49,10 @@ enum class ec : uint8_t {
   foreign_domain = 135,   // a domain with our name exists but carries no mark of ours
   host_key_rejected = 136, // host key unknown or mismatched in known_hosts
   auth_failed = 137,       // the server refused our user key
+  source_rejected = 138,   // an image source answered what retrying cannot fix (4xx, TLS
+                           // verification, redirect limit or protocol, bad range answer)
+  length_mismatch = 139,   // an image's length differs from the configured or declared one
+  digest_mismatch = 140,   // an image's sha256 differs from the configured one
 };
 
 /// The taxonomy of an engine code.
