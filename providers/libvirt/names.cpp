@@ -59,6 +59,23 @@ caf::error check_name(std::string_view what, std::string_view value) {
                                         + name_pattern + ")");
 }
 
+caf::error check_volume_name(std::string_view what, std::string_view value) {
+  bool ok = !value.empty() && value.size() <= 255;
+  for (size_t from = 0; ok;) {
+    auto dot = value.find('.', from);
+    auto part = value.substr(from, dot == std::string_view::npos ? value.npos : dot - from);
+    ok = !check_name(what, part);
+    if (dot == std::string_view::npos)
+      break;
+    from = dot + 1;
+  }
+  if (ok)
+    return {};
+  return make_error(ec::invalid_name, std::string{what} + ": " + quote(value)
+                                        + " is not a valid volume name (must match "
+                                        + volume_name_pattern + ", at most 255 characters)");
+}
+
 caf::error check_tag(std::string_view what, std::string_view value) {
   bool ok = !value.empty() && value.size() <= 64;
   for (size_t i = 0; ok && i < value.size(); ++i)

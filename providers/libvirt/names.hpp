@@ -23,6 +23,15 @@ std::string quote(std::string_view value);
 /// (escaped so that control characters cannot garble a terminal).
 caf::error check_name(std::string_view what, std::string_view value);
 
+/// A volume name is one or more names joined by dots (at most 255
+/// characters): the image cache builds its names as
+/// `egress.<entry>.<image>.<digest>[.partial|.verified]`, and a dot is the
+/// one separator a name itself can never contain, so two entries can never
+/// produce the same volume name. No empty part, so never "..".
+inline constexpr const char* volume_name_pattern = "NAME(.NAME)* with NAME = [a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?";
+
+caf::error check_volume_name(std::string_view what, std::string_view value);
+
 /// A tag is a free-form label: 1..64 printable ASCII characters, no control
 /// characters. It reaches XML only as escaped text content.
 caf::error check_tag(std::string_view what, std::string_view value);

@@ -178,7 +178,7 @@ caf::expected<volume_ptr> create_volume(connection& c, const std::string& pool,
                                         const std::string& format) {
   if (auto err = check_name("pool", pool))
     return err;
-  if (auto err = check_name("volume", name))
+  if (auto err = check_volume_name("volume", name))
     return err;
   auto what = "create volume " + pool + "/" + name;
   if (format != "raw" && format != "qcow2")
@@ -199,7 +199,7 @@ caf::expected<volume_ptr> create_volume(connection& c, const std::string& pool,
 caf::error delete_volume(connection& c, const std::string& pool, const std::string& name) {
   if (auto err = check_name("pool", pool))
     return err;
-  if (auto err = check_name("volume", name))
+  if (auto err = check_volume_name("volume", name))
     return err;
   auto what = "delete volume " + pool + "/" + name;
   auto p = lookup_pool(c, pool, what);
@@ -232,7 +232,7 @@ caf::error upload_volume(connection& c, const std::string& pool, const std::stri
     *sent = 0;
   if (auto err = check_name("pool", pool))
     return err;
-  if (auto err = check_name("volume", name))
+  if (auto err = check_volume_name("volume", name))
     return err;
   auto what = "upload " + pool + "/" + name;
   auto p = lookup_pool(c, pool, what);
@@ -242,6 +242,97 @@ caf::error upload_volume(connection& c, const std::string& pool, const std::stri
   if (!vol)
     return last_error(what);
   return upload(c, vol.get(), what, offset, length, read, chunk, sent);
+}
+
+caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std::string& pool,
+                                                       const std::string& name) {
+  if (auto err = check_name("pool", pool))
+    return err;
+  if (auto err = check_volume_name("volume", name))
+    return err;
+  auto what = "volume info " + pool + "/" + name;
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  // A dir pool learns of files (and their allocation) on refresh only.
+  if (virStoragePoolRefresh(p->get(), 0) < 0)
+    return last_error(what + ": refresh");
+  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  if (!vol) {
+    auto err = last_error(what);
+    if (is(err, ec::no_volume))
+      return std::optional<volume_facts>{};
+    return err;
+  }
+  virStorageVolInfo info{};
+  if (virStorageVolGetInfo(vol.get(), &info) < 0) {
+    auto err = last_error(what);
+    if (is(err, ec::no_volume))
+      return std::optional<volume_facts>{};
+    return err;
+  }
+  volume_facts out;
+  out.capacity = info.capacity;
+  out.allocation = info.allocation;
+  if (char* path = virStorageVolGetPath(vol.get())) {
+    out.path = path;
+    free(path);
+  } else {
+    return last_error(what + ": path");
+  }
+  return std::optional<volume_facts>{std::move(out)};
+}
+
+caf::error download_volume(connection& c, const std::string& pool, const std::string& name,
+                           uint64_t offset, uint64_t length, const download_sink& sink) {
+  if (auto err = check_name("pool", pool))
+    return err;
+  if (auto err = check_volume_name("volume", name))
+    return err;
+  auto what = "download " + pool + "/" + name;
+  if (length == 0 || !sink)
+    return make_error(ec::invalid_argument, what + ": no length or no sink given");
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  if (!vol)
+    return last_error(what);
+  stream_ptr st{virStreamNew(c.get(), 0)};
+  if (!st)
+    return last_error(what + ": new stream");
+  if (virStorageVolDownload(vol.get(), st.get(), static_cast<unsigned long long>(offset),
+                            static_cast<unsigned long long>(length), 0)
+      < 0)
+    return last_error(what);
+  stream_guard guard{st.get()};
+  std::unique_ptr<char[]> buf{new char[default_upload_chunk]};
+  uint64_t done = 0;
+  for (;;) {
+    auto n = virStreamRecv(st.get(), buf.get(), default_upload_chunk);
+    if (n < 0) {
+      auto err = last_error(what + ": receive after " + size_text(done));
+      guard.abort();
+      return err;
+    }
+    if (n == 0)
+      break;
+    done += static_cast<uint64_t>(n);
+    if (auto err = sink(buf.get(), static_cast<size_t>(n))) {
+      guard.abort();
+      return err;
+    }
+  }
+  if (virStreamFinish(st.get()) < 0) {
+    auto err = last_error(what + ": finish after " + size_text(done));
+    guard.abort();
+    return err;
+  }
+  guard.closed();
+  if (done != length)
+    return make_error(ec::invalid_argument, what + ": got " + size_text(done) + " of "
+                                              + size_text(length));
+  return {};
 }
 
 } // namespace egress::lv

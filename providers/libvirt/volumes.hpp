@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <caf/error.hpp>
@@ -85,5 +86,30 @@ caf::error upload_volume(connection& c, const std::string& pool,
                          const std::string& name, uint64_t offset, uint64_t length,
                          const upload_source& read,
                          size_t chunk = default_upload_chunk, uint64_t* sent = nullptr);
+
+/// What libvirt reports of a volume (virStorageVolGetInfo + GetPath).
+struct volume_facts {
+  uint64_t capacity = 0;   // bytes the volume holds (its size)
+  uint64_t allocation = 0; // bytes backed by storage: for a sparse raw file
+                           // written from the start, how far an upload got
+  std::string path;        // the target path on the host
+};
+
+/// The facts of `pool`/`name`, or nullopt if the volume does not exist. A
+/// missing pool is ec::no_pool. Refreshes the pool first (a dir pool caches
+/// allocation from its last refresh).
+caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std::string& pool,
+                                                       const std::string& name);
+
+/// Where downloaded bytes go: an error stops the download (the stream is
+/// aborted) and is returned unchanged.
+using download_sink = std::function<caf::error(const char* data, size_t size)>;
+
+/// Reads `length` bytes of `pool`/`name` from `offset` (virStorageVolDownload
+/// + virStreamRecv) into `sink`. The image cache reads back the prefix a
+/// resumed upload did not send in this run, so that its digest covers the
+/// whole volume. Errors as upload_volume; `length` must not be 0.
+caf::error download_volume(connection& c, const std::string& pool, const std::string& name,
+                           uint64_t offset, uint64_t length, const download_sink& sink);
 
 } // namespace egress::lv

@@ -1,0 +1,32 @@
+#include "providers/images/dedicated_link.hpp"
+
+#include "messages/error.hpp"
+
+namespace egress::images {
+
+caf::expected<std::unique_ptr<dedicated_link>> dedicated_link::open(transport_ptr t,
+                                                                    lv::keepalive ka) {
+  if (!t)
+    return make_error(ec::invalid_argument, "dedicated link: no transport given");
+  std::unique_ptr<dedicated_link> out{new dedicated_link(t)};
+  if (auto err = t->connect())
+    return err;
+  if (t->has_pump())
+    out->pump_ = std::thread{[t] { t->pump(); }};
+  auto c = lv::connection::open(t->uri(), ka);
+  if (!c)
+    return c.error(); // out's destructor kills and joins
+  out->conn_ = std::move(*c);
+  return out;
+}
+
+void dedicated_link::close() noexcept {
+  if (t_)
+    t_->kill();
+  conn_.reset();
+  if (pump_.joinable())
+    pump_.join();
+  t_.reset();
+}
+
+} // namespace egress::images

@@ -1,0 +1,78 @@
+#pragma once
+// Fills one image cache entry on one host: makes sure the pool holds the
+// image's verified data volume, downloading and uploading it if it does not.
+// Synchronous and blocking: runs in a detached actor under the image actor's
+// transfer budget, over a dedicated connection (dedicated_link.hpp).
+//
+// The order of things is the whole point (seed Step 2, docs/spec.md 7 and 8):
+//  1. data + marker matching the configured digest: ready, nothing moves.
+//  2. otherwise the marker is deleted first (a marker always vouches for
+//     the data as it is), the partial mark is written, and the data volume
+//     is created or, after an interruption, resumed at the offset the
+//     volume already holds (when the source honours ranges);
+//  3. the bytes stream mirror -> libvirt without touching local disk; the
+//     digest covers the whole volume (a resumed prefix is read back);
+//  4. verified: the marker is written, then the partial mark is deleted;
+//  5. on failure: the dedicated connection is closed first, and only then
+//     is the partial data deleted, over a fresh connection, unless the
+//     failure was transient and the source can resume it.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <caf/expected.hpp>
+
+#include "providers/libvirt/connection.hpp"
+#include "providers/transport.hpp"
+
+namespace egress::images {
+
+struct image_source {
+  std::string name;      // the image's name in the config
+  std::string url;       // http, https or file
+  std::string sha256;    // lowercase hex, 64 digits
+  uint64_t size = 0;     // bytes; 0 = as the server declares it
+  std::string format;    // qcow2, raw, kernel, initrd: recorded in the marker
+};
+
+struct fill_request {
+  std::string entry;     // provider entry: part of every volume name
+  std::string pool;      // the host's storage pool
+  image_source image;
+  std::chrono::milliseconds download_deadline{0};
+  long low_speed_limit = 1024;
+  std::chrono::seconds low_speed_time{30};
+  std::string ca_file;
+  lv::keepalive keepalive;
+  /// The transports of the two dedicated connections a fill may open: one
+  /// for the check and the transfer, one for the cleanup after a failure.
+  /// Made by the caller, who keeps copies to kill them (lock-free, from any
+  /// thread) when it abandons the fill.
+  transport_ptr transfer;
+  transport_ptr cleanup;
+};
+
+/// Read by the image actor while the fill runs (any thread).
+struct fill_progress {
+  std::atomic<uint64_t> bytes{0};        // of the image, including a resumed prefix
+  std::atomic<uint64_t> total{0};        // 0 until known
+  std::atomic<uint64_t> resumed_from{0}; // offset the transfer resumed at
+  std::atomic<bool> transferring{false};
+};
+
+struct fill_result {
+  std::string volume;     // the data volume's name
+  std::string path;       // its path on the host
+  uint64_t length = 0;
+  bool transferred = false;   // false: found ready in the pool
+  uint64_t resumed_from = 0;  // > 0: an interrupted upload was resumed
+};
+
+caf::expected<fill_result> fill(const fill_request& req, fill_progress& progress);
+
+/// The marker volume's content for `img` (what fill writes and accepts).
+std::string marker_text(const image_source& img, uint64_t length);
+
+} // namespace egress::images

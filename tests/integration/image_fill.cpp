@@ -1,0 +1,324 @@
+#define BOOST_TEST_MODULE image_fill
+// The image cache's fill procedure (providers/images/fill.hpp) against a real
+// private libvirtd (qemu driver, a dir pool) and a real HTTP server the test
+// makes misbehave. What lands in the pool is read back from the pool's
+// directory on disk; the volumes that exist are listed by libvirt itself.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "messages/error.hpp"
+#include "providers/images/fill.hpp"
+#include "providers/images/volume_names.hpp"
+#include "providers/mirror/sha256.hpp"
+#include "providers/transport.hpp"
+#include "support/http_server.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint64_t mib = uint64_t{1} << 20;
+const std::string pool_name = "images";
+
+std::string pattern(size_t n, uint64_t seed) {
+  std::string out(n, '\0');
+  uint64_t x = seed;
+  for (size_t i = 0; i < n; i += 8) {
+    x += 0x9e3779b97f4a7c15ULL;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    for (size_t k = 0; k < 8 && i + k < n; ++k)
+      out[i + k] = static_cast<char>(z >> (8 * k));
+  }
+  return out;
+}
+
+int64_t now_ns() {
+  return clock_type::now().time_since_epoch().count();
+}
+
+// A transport that records when it was connected and killed: the order of
+// the transfer connection's close and the cleanup connection's open is what
+// docs/spec.md 7 is about.
+class recording_transport final : public transport {
+public:
+  explicit recording_transport(std::string uri) : inner_(std::move(uri)) {}
+  caf::error connect() override {
+    connected_at = now_ns();
+    return inner_.connect();
+  }
+  const std::string& uri() const noexcept override { return inner_.uri(); }
+  void kill() noexcept override {
+    int64_t zero = 0;
+    killed_at.compare_exchange_strong(zero, now_ns());
+    inner_.kill();
+  }
+  std::atomic<int64_t> connected_at{0};
+  std::atomic<int64_t> killed_at{0};
+
+private:
+  direct_transport inner_;
+};
+
+struct fixture {
+  testbed::libvirtd lv{[] {
+    testbed::libvirtd_options o;
+    o.warm_qemu_caps = false; // storage needs no QEMU probe
+    return o;
+  }()};
+  std::string pool_dir;
+  std::string image = pattern(12 * mib + 12345, 7); // not a multiple of a MiB
+  std::string digest = mirror::sha256_hex(image);
+  test::http_server http{image};
+
+  fixture() {
+    testbed::require_root_or_skip();
+    lv.start();
+    pool_dir = lv.define_dir_pool(pool_name);
+    http.start();
+  }
+  ~fixture() { http.stop(); }
+
+  images::fill_request request(const std::string& entry = "alpha") {
+    images::fill_request r;
+    r.entry = entry;
+    r.pool = pool_name;
+    r.image.name = "base";
+    r.image.url = http.url();
+    r.image.sha256 = digest;
+    r.image.size = image.size();
+    r.image.format = "raw";
+    r.download_deadline = 60s;
+    r.low_speed_time = 2s;
+    r.keepalive = lv::keepalive{1, 3};
+    r.transfer = std::make_shared<recording_transport>(lv.uri());
+    r.cleanup = std::make_shared<recording_transport>(lv.uri());
+    return r;
+  }
+
+  static recording_transport& rec(const transport_ptr& t) {
+    return static_cast<recording_transport&>(*t);
+  }
+
+  images::volume_names names(const std::string& entry = "alpha") const {
+    return images::volume_names::of(entry, "base", digest);
+  }
+
+  bool exists(const std::string& volume) const {
+    return std::filesystem::exists(pool_dir + "/" + volume);
+  }
+
+  std::vector<std::string> volumes() const {
+    std::vector<std::string> out;
+    for (auto& e : std::filesystem::directory_iterator(pool_dir))
+      out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  caf::expected<images::fill_result> fill(const images::fill_request& r,
+                                          images::fill_progress* p = nullptr) {
+    images::fill_progress local;
+    return images::fill(r, p != nullptr ? *p : local);
+  }
+};
+
+std::string show(const caf::expected<images::fill_result>& r) {
+  return r ? "ok " + r->volume : render(r.error());
+}
+
+bool is(const caf::error& err, ec code) {
+  return err && err.category() == caf::atom("egress")
+         && err.code() == static_cast<uint8_t>(code);
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(image_fill_suite, fixture)
+
+// A fresh fill downloads, uploads, verifies and marks; the next one finds the
+// image ready by its marker and moves nothing.
+BOOST_AUTO_TEST_CASE(spec_08_fill_verifies_then_marks_and_a_marked_image_is_ready) {
+  auto r = fill(request());
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  auto n = names();
+  BOOST_CHECK_EQUAL(r->volume, n.data);
+  BOOST_CHECK(r->transferred);
+  BOOST_CHECK_EQUAL(r->length, image.size());
+  BOOST_CHECK_EQUAL(r->path, pool_dir + "/" + n.data);
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+  BOOST_CHECK(exists(n.marker));
+  BOOST_CHECK(!exists(n.partial));
+  auto marker = testbed::read_file(pool_dir + "/" + n.marker);
+  BOOST_CHECK(marker.find("sha256 " + digest) != std::string::npos);
+  BOOST_CHECK(marker.find("length " + std::to_string(image.size())) != std::string::npos);
+
+  auto requests = http.requests();
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_CHECK(!again->transferred);
+  BOOST_CHECK_EQUAL(again->volume, n.data);
+  BOOST_CHECK_EQUAL(http.requests(), requests); // nothing downloaded
+}
+
+// A corrupt byte: digest mismatch, permanent; no marker was ever written and
+// nothing of the attempt is left in the pool.
+BOOST_AUTO_TEST_CASE(spec_08_a_corrupt_image_is_never_marked_and_leaves_nothing) {
+  http.set({.corrupt_at = 5 * mib});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("corrupt: " << render(r.error()));
+  BOOST_CHECK(is(r.error(), ec::digest_mismatch));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::permanent);
+  BOOST_CHECK(detail(r.error()).find(digest) != std::string::npos);
+  BOOST_CHECK(volumes().empty());
+}
+
+// A wrong length declared by the server: permanent, nothing left.
+BOOST_AUTO_TEST_CASE(spec_08_a_wrong_length_is_never_marked) {
+  http.set({.length_delta = 100});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("wrong length: " << render(r.error()));
+  BOOST_CHECK(is(r.error(), ec::length_mismatch));
+  BOOST_CHECK(volumes().empty());
+}
+
+// docs/spec.md 7: after a permanent failure the transfer connection is closed
+// (its transport killed, its pump joined) before the cleanup connection opens
+// and deletes the partial volume.
+BOOST_AUTO_TEST_CASE(spec_07_partial_volume_is_deleted_only_after_the_upload_connection_closed) {
+  http.set({.corrupt_at = 3 * mib});
+  auto req = request();
+  auto r = fill(req);
+  BOOST_REQUIRE(!r);
+  auto killed = rec(req.transfer).killed_at.load();
+  auto cleanup_opened = rec(req.cleanup).connected_at.load();
+  BOOST_CHECK(killed != 0);
+  BOOST_CHECK(cleanup_opened != 0);
+  BOOST_CHECK_MESSAGE(killed < cleanup_opened,
+                      "the cleanup connection opened before the upload connection closed");
+  BOOST_CHECK(volumes().empty());
+}
+
+// The source is cut mid-stream: transient; the data and its partial mark stay
+// (no marker); the next fill resumes with a Range at what the volume holds,
+// reads the prefix back for the digest, and ends verified.
+BOOST_AUTO_TEST_CASE(spec_08_an_interrupted_fill_is_never_taken_for_complete_and_resumes) {
+  http.set({.truncate_after = 7 * mib + 100});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("truncated: " << render(r.error()));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
+  auto n = names();
+  BOOST_CHECK(exists(n.data));
+  BOOST_CHECK(exists(n.partial));
+  BOOST_CHECK(!exists(n.marker));
+
+  http.set({});
+  http.clear_log();
+  images::fill_progress progress;
+  auto again = fill(request(), &progress);
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_TEST_MESSAGE("resumed at " << again->resumed_from << " bytes");
+  BOOST_CHECK(again->transferred);
+  BOOST_CHECK(again->resumed_from > 0);
+  BOOST_CHECK(again->resumed_from % mib == 0);
+  BOOST_CHECK(again->resumed_from <= 7 * mib);
+  auto log = http.log();
+  BOOST_REQUIRE(!log.empty());
+  BOOST_CHECK_EQUAL(log.back().range, "bytes=" + std::to_string(again->resumed_from) + "-");
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+  BOOST_CHECK(exists(n.marker));
+  BOOST_CHECK(!exists(n.partial));
+  BOOST_CHECK_EQUAL(progress.bytes.load(), image.size());
+}
+
+// The same with a server that ignores Range: the download skips the prefix
+// itself, the digest still covers the whole volume.
+BOOST_AUTO_TEST_CASE(resume_against_a_server_without_ranges_still_verifies) {
+  http.set({.truncate_after = 6 * mib});
+  BOOST_REQUIRE(!fill(request()));
+  http.set({.ranges = false});
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_CHECK(again->resumed_from > 0);
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + names().data) == image);
+}
+
+// A prefix that went bad while the volume sat partial: the digest over the
+// whole volume catches it; the volume is discarded (transient: the next
+// attempt starts over) and the attempt after that succeeds from byte 0.
+BOOST_AUTO_TEST_CASE(spec_08_a_resumed_image_with_a_bad_prefix_is_discarded) {
+  http.set({.truncate_after = 6 * mib});
+  BOOST_REQUIRE(!fill(request()));
+  auto n = names();
+  {
+    // Scribble over the volume's first bytes, as a broken disk would.
+    auto f = std::fopen((pool_dir + "/" + n.data).c_str(), "r+b");
+    BOOST_REQUIRE(f != nullptr);
+    std::fputs("garbage", f);
+    std::fclose(f);
+  }
+  http.set({});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("bad prefix: " << render(r.error()));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
+  BOOST_CHECK(volumes().empty());
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_CHECK_EQUAL(again->resumed_from, 0u);
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+}
+
+// A 404 is not_found, and leaves nothing.
+BOOST_AUTO_TEST_CASE(missing_image_is_not_found_and_leaves_nothing) {
+  http.set({.error_status = 404});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("404: " << render(r.error()));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::not_found);
+  BOOST_CHECK(volumes().empty());
+}
+
+// H4: two provider entries on one host and pool never share, overwrite or
+// delete each other's volumes, even when one of them fails.
+BOOST_AUTO_TEST_CASE(spec_09_two_entries_on_one_pool_share_nothing) {
+  auto a = fill(request("alpha"));
+  BOOST_REQUIRE_MESSAGE(a, show(a));
+  auto b = fill(request("beta"));
+  BOOST_REQUIRE_MESSAGE(b, show(b));
+  BOOST_CHECK_NE(a->volume, b->volume);
+  BOOST_CHECK(b->transferred); // beta did not take alpha's volume
+  // beta fails (a corrupt image under the same digest): alpha is untouched.
+  auto na = names("alpha");
+  auto before = testbed::read_file(pool_dir + "/" + na.marker);
+  std::filesystem::remove(pool_dir + "/" + names("beta").marker); // beta must refetch
+  http.set({.corrupt_at = 1});
+  auto b2 = fill(request("beta"));
+  BOOST_REQUIRE(!b2);
+  BOOST_CHECK(exists(na.data));
+  BOOST_CHECK(exists(na.marker));
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + na.data) == image);
+  BOOST_CHECK_EQUAL(testbed::read_file(pool_dir + "/" + na.marker), before);
+  BOOST_CHECK(!exists(names("beta").data));
+  auto a2 = fill(request("alpha"));
+  BOOST_REQUIRE_MESSAGE(a2, show(a2));
+  BOOST_CHECK(!a2->transferred);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
