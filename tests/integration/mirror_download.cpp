@@ -291,6 +291,12 @@ BOOST_AUTO_TEST_CASE(redirects_are_followed_up_to_five) {
   BOOST_CHECK_EQUAL(log[2].path, "/image.img");
 }
 
+BOOST_AUTO_TEST_CASE(a_host_name_is_resolved_and_its_resolver_thread_ends) {
+  // libcurl resolves names on a thread of its own; it must be gone by the
+  // time the download is (fetch() checks the thread count).
+  check_ok(fetch(checked("http://localhost:" + std::to_string(srv.port()) + "/image.img")), image);
+}
+
 BOOST_AUTO_TEST_CASE(a_redirect_loop_is_permanent) {
   srv.set({.redirects = {{"/a", "/b"}, {"/b", "/a"}}});
   auto o = fetch(checked(srv.url("/a")));
