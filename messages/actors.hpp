@@ -84,6 +84,19 @@ using proxy_actor = caf::typed_actor<
   // Deletes the VM (destroy, undefine) and answers once it is gone.
   caf::replies_to<atom::erase>::with<proxy_status>>;
 
+/// One per (provider entry, image) on each host: the verified base image in
+/// the host's pool. The first ensure starts one fill (over a dedicated
+/// connection, in a detached actor, under the transfer budget); later ones
+/// join it. A waiter that gives up (its own timeout) disturbs nothing.
+using image_actor = caf::typed_actor<
+  caf::replies_to<atom::ensure>::with<image_ready>,
+  caf::replies_to<atom::status>::with<image_status>,
+  // Abandons a running fill (its transports are killed, its waiters get
+  // transient); the next ensure starts over once the fill has ended.
+  caf::replies_to<atom::kill, std::string>::with<image_status>,
+  // Internal: the progress tick (rate, ETA, budget) while a fill runs.
+  caf::reacts_to<atom::poll>>;
+
 /// The engine's root: desired state from config, status for everyone.
 using fleet_actor = caf::typed_actor<
   caf::replies_to<atom::status>::with<fleet_status>,

@@ -25,6 +25,16 @@ const char* to_string(link_state x) {
   return "unknown";
 }
 
+const char* to_string(image_state x) {
+  switch (x) {
+    case image_state::absent: return "absent";
+    case image_state::fetching: return "fetching";
+    case image_state::ready: return "ready";
+    case image_state::failed: return "failed";
+  }
+  return "unknown";
+}
+
 const char* to_string(proxy_phase x) {
   switch (x) {
     case proxy_phase::pending: return "pending";

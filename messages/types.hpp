@@ -159,6 +159,56 @@ typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
   return f(caf::meta::type_name("fleet_status"), x.entry, x.links, x.proxies);
 }
 
+enum class image_state : uint8_t {
+  absent = 0,   // not checked or fetched yet
+  fetching = 1, // a fill runs: check, download + upload, verify
+  ready = 2,    // the verified data volume is in the pool
+  failed = 3,   // the last fill failed; transient ones retry after retry_in_ms
+};
+
+const char* to_string(image_state x);
+
+/// One image cache entry on one host.
+struct image_status {
+  std::string image;
+  std::string host;
+  image_state state = image_state::absent;
+  std::string volume;        // the data volume, once ready
+  uint64_t bytes = 0;        // of the image, during and after a transfer
+  uint64_t total = 0;        // 0 until known
+  uint64_t rate_bps = 0;     // bytes per second over the last progress tick
+  uint64_t eta_s = 0;        // at that rate; 0 when unknown
+  uint64_t resumed_from = 0; // the offset the last transfer resumed at
+  uint64_t fills = 0;        // fills started (checks and transfers)
+  uint64_t transfers = 0;    // fills that moved bytes
+  uint32_t waiters = 0;
+  std::string last_error;
+  std::string last_error_kind;
+  int64_t retry_in_ms = 0;   // failed and transient: until the next fill may start
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, image_status& x) {
+  return f(caf::meta::type_name("image_status"), x.image, x.host, x.state, x.volume,
+           x.bytes, x.total, x.rate_bps, x.eta_s, x.resumed_from, x.fills, x.transfers,
+           x.waiters, x.last_error, x.last_error_kind, x.retry_in_ms);
+}
+
+/// What a waiter gets once the image is in the pool, verified.
+struct image_ready {
+  std::string image;
+  std::string host;
+  std::string volume;
+  std::string path;
+  uint64_t length = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, image_ready& x) {
+  return f(caf::meta::type_name("image_ready"), x.image, x.host, x.volume, x.path,
+           x.length);
+}
+
 /// Broadcast by a host link when it dies, before its transport is killed.
 struct link_down {
   std::string host;

@@ -18,6 +18,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (egress::proxy_status))
   CAF_ADD_TYPE_ID(egress, (egress::fleet_status))
   CAF_ADD_TYPE_ID(egress, (egress::link_down))
+  CAF_ADD_TYPE_ID(egress, (egress::image_status))
+  CAF_ADD_TYPE_ID(egress, (egress::image_ready))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")
@@ -29,5 +31,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, poll, "poll")
   CAF_ADD_ATOM(egress, egress::atom, erase, "erase")
   CAF_ADD_ATOM(egress, egress::atom, link, "link")
+  CAF_ADD_ATOM(egress, egress::atom, ensure, "ensure")
 
 CAF_END_TYPE_ID_BLOCK(egress)

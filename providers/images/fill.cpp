@@ -145,6 +145,7 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
   fo.low_speed_limit = req.low_speed_limit;
   fo.low_speed_time = req.low_speed_time;
   fo.ca_file = req.ca_file;
+  fo.cancel = progress.cancel;
   auto dl = mirror::download::open(fo, std::move(seed));
   if (!dl)
     return dl.error();

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <caf/expected.hpp>
@@ -60,6 +61,10 @@ struct fill_progress {
   std::atomic<uint64_t> total{0};        // 0 until known
   std::atomic<uint64_t> resumed_from{0}; // offset the transfer resumed at
   std::atomic<bool> transferring{false};
+  /// Set (any thread) to give the fill up: the download ends within about
+  /// 100 ms even while the mirror is silent. Killing the transports frees
+  /// what blocks in libvirt; this frees what blocks in libcurl.
+  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
 };
 
 struct fill_result {

@@ -479,6 +479,9 @@ struct download::impl {
       ~reset_out() { d->out = nullptr; d->out_cap = d->out_len = 0; }
     } guard{this};
     for (;;) {
+      if (opts.cancel && opts.cancel->load())
+        return fail(ec::shutting_down, "download given up after "
+                                         + std::to_string(pos) + " bytes");
       int running = 0;
       auto mc = curl_multi_perform(multi, &running);
       if (mc != CURLM_OK)
@@ -496,7 +499,10 @@ struct download::impl {
         return finish_curl();
       // Waits on the transfer's sockets, at most until libcurl's next timer
       // (connect timeout, deadline, low-speed check) or 1 s.
-      mc = curl_multi_poll(multi, nullptr, 0, 1000, nullptr);
+      // With a cancel flag the wait is short, so that the flag is seen: a
+      // flag costs nothing per byte, unlike a lock around curl_multi_wakeup
+      // on a handle the reading thread may be freeing.
+      mc = curl_multi_poll(multi, nullptr, 0, opts.cancel ? 100 : 1000, nullptr);
       if (mc != CURLM_OK)
         return fail(ec::source_failed, std::string{"curl_multi_poll: "} + curl_multi_strerror(mc));
     }

@@ -18,6 +18,7 @@
 // callback inside one curl_multi_perform: a pull source would have to hold
 // the entire image in memory.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +61,11 @@ struct fetch_options {
   /// A CA bundle used instead of the system one (CURLOPT_CAINFO), e.g. a
   /// private mirror's CA. Verification of peer and host name stays on.
   std::string ca_file;
+  /// Set by another thread to give the download up: read() returns
+  /// transient ec::shutting_down within about 100 ms, also while libcurl
+  /// waits on a stalled mirror (which no socket kill of ours reaches). The
+  /// image actor sets it when it abandons a fill or exits.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 class download {

@@ -6,6 +6,7 @@
 // back at their baseline. Needs no root and no daemon.
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -553,6 +554,46 @@ BOOST_AUTO_TEST_CASE(the_deadline_ends_a_slow_but_steady_transfer) {
   BOOST_CHECK_GE(r.seconds, 1.2);
   BOOST_CHECK_LE(r.seconds, 15.0);
   BOOST_CHECK_GT(r.data.size(), 0u);
+}
+
+// The image cache gives a fill up (budget, shutdown) while libcurl waits on
+// a silent mirror: the cancel flag ends read() within about 100 ms.
+BOOST_AUTO_TEST_CASE(a_cancel_flag_ends_a_stalled_download_at_once) {
+  srv.set({.stall_after = 64 * kib});
+  auto o = checked(srv.url());
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  o.cancel = cancel;
+  caf::error err;
+  std::atomic<int64_t> cancelled_ns{0};
+  int64_t returned_ns = 0;
+  {
+    auto d = download::open(std::move(o));
+    BOOST_REQUIRE(d);
+    std::thread canceller{[&] {
+      std::this_thread::sleep_for(500ms); // well into the stall
+      cancelled_ns = clock_type::now().time_since_epoch().count();
+      *cancel = true;
+    }};
+    std::vector<char> buf(lv::default_upload_chunk);
+    for (;;) {
+      auto n = (*d)->read(buf.data(), buf.size());
+      if (!n) {
+        err = n.error();
+        break;
+      }
+      BOOST_REQUIRE(*n > 0);
+    }
+    returned_ns = clock_type::now().time_since_epoch().count();
+    canceller.join();
+  }
+  auto latency_ms = static_cast<double>(returned_ns - cancelled_ns.load()) / 1e6;
+  BOOST_TEST_MESSAGE("  -> " << render(err) << " (" << latency_ms << " ms after the flag)");
+  BOOST_CHECK(err == ec::shutting_down);
+  BOOST_CHECK(kind_of(err) == error_kind::transient);
+  BOOST_CHECK(detail(err).find(srv.url()) != std::string::npos);
+  BOOST_CHECK_LT(latency_ms, 1000.0); // ~100 ms by design; slack for a loaded machine
+  BOOST_CHECK(srv.wait_idle());
+  BOOST_CHECK_EQUAL(now_resources(), base);
 }
 
 BOOST_AUTO_TEST_CASE(the_server_stops_cleanly_under_a_stalled_download) {

@@ -1,0 +1,85 @@
+#pragma once
+// The image actor: one image cache entry (provider entry, image) on one host.
+// It dedupes waiters (the first ensure starts one fill, later ones join it),
+// runs the fill (providers/images/fill.hpp) in a detached call actor over a
+// dedicated connection under the transfer budget, and publishes progress.
+//
+// Abandoning a fill (budget overrun, kill, the actor's exit) kills the fill's
+// two transports: whatever it is blocked in returns, the fill closes its
+// connection and ends. A new fill starts only after the old one has ended,
+// so two fills never write into one volume.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "messages/actors.hpp"
+#include "providers/images/fill.hpp"
+#include "providers/transport.hpp"
+#include "runtime/config.hpp"
+
+namespace egress {
+
+struct image_options {
+  std::string entry;
+  host_config host; // its pool takes the image
+  images::image_source image;
+  caf::timespan transfer_budget = std::chrono::minutes(30);
+  caf::timespan retry_min = std::chrono::seconds(5);
+  caf::timespan retry_max = std::chrono::minutes(5);
+  caf::timespan tick = std::chrono::seconds(1);
+  long low_speed_limit = 1024;
+  std::chrono::seconds low_speed_time{30};
+  /// Builds the transports of each fill's dedicated connections; empty =
+  /// transport_for(host), the same kind of path as the host's pooled link.
+  transport_factory make_transport;
+};
+
+struct image_actor_state {
+  std::string name = "image";
+  image_options opts;
+  image_status status;
+  std::vector<caf::typed_response_promise<image_ready>> waiters;
+  image_ready ready;
+  caf::error last_error;
+  // The fill in flight (if any).
+  bool running = false;
+  bool abandoned = false;
+  std::chrono::steady_clock::time_point started_at;
+  std::chrono::steady_clock::time_point retry_at;
+  std::shared_ptr<images::fill_progress> progress;
+  transport_ptr transfer;
+  transport_ptr cleanup;
+  // What gives a running fill up, for the exit hook too (it runs after the
+  // state is gone): its two transports and its download's cancel flag.
+  struct giving_up {
+    transport_ptr transfer;
+    transport_ptr cleanup;
+    std::shared_ptr<std::atomic<bool>> cancel;
+    void now() const noexcept {
+      if (cancel)
+        *cancel = true;
+      if (transfer)
+        transfer->kill();
+      if (cleanup)
+        cleanup->kill();
+    }
+  };
+  std::shared_ptr<giving_up> live = std::make_shared<giving_up>();
+  uint32_t failures_in_a_row = 0;
+  uint64_t tick_bytes = 0;
+  std::chrono::steady_clock::time_point tick_at;
+  std::chrono::steady_clock::time_point logged_at;
+};
+
+image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_state> self,
+                                      image_options opts);
+
+image_actor spawn_image(caf::actor_system& sys, image_options opts);
+
+} // namespace egress
