@@ -2,7 +2,7 @@
 // own SSH link against libvirt's built-in transports, on one machine.
 //
 //   bench-upload [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T] [--no-tune]
-//                                                    (root; exit 77 otherwise)
+//                [--paths abcd]                      (root; exit 77 otherwise)
 //
 // A file of N MiB (default 512) of random data in a temp dir; one private
 // libvirtd (qemu:///system, a dir pool); one private sshd whose sessions see
@@ -22,7 +22,8 @@
 // with the file, then the volume is deleted. Then the chunk size is tuned
 // (256 KiB, 1 MiB, 4 MiB; T uploads each, default 1) on (a) and (d). R runs
 // (default 1) of the comparison, each starting with the next path; medians
-// are printed. Figures only, no assertions.
+// are printed. --paths runs only the listed paths (e.g. "a" to profile the
+// engine alone; the ratios need a, b and c). Figures only, no assertions.
 
 #include <algorithm>
 #include <any>
@@ -38,7 +39,9 @@
 #include <string>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <map>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -74,6 +77,71 @@ double cpu_seconds() {
     return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6;
   };
   return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
+// CPU seconds (user + system) of the process trees under `roots`: every
+// live process in them plus what their reaped children used (cutime). The
+// three paths share two cores with each other's stages (and with whatever
+// else runs here), so MiB/s moves with the load; the CPU a path spends per
+// byte, summed over every process on it (this one with its threads and
+// virsh children, libvirtd, the sshd sessions), moves much less and is what
+// a change to the engine's path can actually lower.
+double tree_cpu_seconds(const std::vector<pid_t>& roots) {
+  struct proc {
+    pid_t ppid = 0;
+    double cpu = 0;
+  };
+  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::map<pid_t, proc> procs;
+  if (DIR* d = ::opendir("/proc")) {
+    while (auto* e = ::readdir(d)) {
+      char* end = nullptr;
+      auto pid = static_cast<pid_t>(std::strtol(e->d_name, &end, 10));
+      if (pid <= 0 || *end != '\0')
+        continue;
+      std::string stat;
+      try {
+        stat = testbed::read_file(std::string{"/proc/"} + e->d_name + "/stat");
+      } catch (const std::exception&) {
+        continue; // gone meanwhile
+      }
+      // Fields after the command's closing parenthesis: state ppid ... with
+      // utime, stime, cutime, cstime as fields 14-17 of the whole line.
+      auto at = stat.rfind(')');
+      if (at == std::string::npos)
+        continue;
+      std::vector<double> f;
+      for (char* q = stat.data() + at + 2; *q != '\0' && f.size() < 16;) {
+        f.push_back(std::strtod(q, &end));
+        if (end == q) { // the state letter
+          ++q;
+          f.back() = 0;
+        } else {
+          q = end;
+        }
+        while (*q == ' ')
+          ++q;
+      }
+      if (f.size() < 16)
+        continue;
+      procs[pid] = proc{static_cast<pid_t>(f[1]), (f[11] + f[12] + f[13] + f[14]) / tick};
+    }
+    ::closedir(d);
+  }
+  double sum = 0;
+  for (auto& [pid, p] : procs) {
+    for (pid_t q = pid; q > 1;) {
+      if (std::find(roots.begin(), roots.end(), q) != roots.end()) {
+        sum += p.cpu;
+        break;
+      }
+      auto it = procs.find(q);
+      if (it == procs.end())
+        break;
+      q = it->second.ppid;
+    }
+  }
+  return sum;
 }
 
 // N MiB from xoshiro256**: incompressible, fast to make.
@@ -217,7 +285,11 @@ struct measurement {
   double total_seconds = 0; // whole command / caller-observed
   double connect_seconds = 0;
   double cpu = 0;           // this process's CPU seconds during the upload
+  double path_cpu = 0;      // CPU seconds of every process on the path
   std::string error;        // failure or content mismatch
+  double cpu_s_per_gib(uint64_t bytes) const {
+    return path_cpu * static_cast<double>(uint64_t{1} << 30) / static_cast<double>(bytes);
+  }
   double mib_s(uint64_t bytes) const {
     return seconds > 0 ? static_cast<double>(bytes) / static_cast<double>(mib) / seconds : 0;
   }
@@ -265,6 +337,7 @@ public:
     auto vol = fresh_volume("up-engine");
     auto job_s = std::make_shared<double>(0);
     auto cpu0 = cpu_seconds();
+    auto path0 = path_cpu();
     auto t0 = clock_type::now();
     auto image = s_.image;
     auto bytes = s_.bytes;
@@ -280,6 +353,7 @@ public:
     });
     m.total_seconds = seconds_since(t0);
     m.cpu = cpu_seconds() - cpu0;
+    m.path_cpu = path_cpu() - path0;
     m.seconds = *job_s;
     finish(m, err ? render(err) : "", vol);
     return m;
@@ -291,10 +365,12 @@ public:
     auto vol = fresh_volume("up-direct");
     int fd = ::open(s_.image.c_str(), O_RDONLY | O_CLOEXEC);
     auto cpu0 = cpu_seconds();
+    auto path0 = path_cpu();
     auto t0 = clock_type::now();
     auto err = lv::upload_volume(*direct_, pool, vol, 0, s_.bytes, file_source(fd), chunk);
     m.seconds = m.total_seconds = seconds_since(t0);
     m.cpu = cpu_seconds() - cpu0;
+    m.path_cpu = path_cpu() - path0;
     ::close(fd);
     finish(m, err ? render(err) : "", vol);
     return m;
@@ -304,15 +380,19 @@ public:
     measurement m;
     m.label = label;
     auto vol = fresh_volume("up-virsh");
+    auto path0 = path_cpu();
     auto t0 = clock_type::now();
     auto up = testbed::run({"virsh", "-q", "-c", uri, "vol-upload", "--pool", pool, vol,
                             s_.image},
                            std::chrono::seconds(900));
     m.total_seconds = seconds_since(t0);
+    auto path1 = path_cpu();
     auto t1 = clock_type::now();
     auto list = testbed::run({"virsh", "-q", "-c", uri, "pool-list"}, std::chrono::seconds(60));
     m.connect_seconds = seconds_since(t1);
     m.seconds = m.total_seconds - m.connect_seconds;
+    // The connect's CPU (virsh start, ssh key exchange) goes as its time does.
+    m.path_cpu = 2 * path1 - path0 - path_cpu();
     std::string err;
     if (!up.ok())
       err = "vol-upload: exit " + std::to_string(up.exit_code) + ": " + up.output;
@@ -323,6 +403,10 @@ public:
   }
 
 private:
+  double path_cpu() const {
+    return tree_cpu_seconds({::getpid(), s_.lv.pid(), s_.ssh.pid()});
+  }
+
   caf::error call(std::function<caf::error(lv::connection&)> fn) {
     call_job job;
     job.what = "bench upload";
@@ -376,6 +460,8 @@ void print(const measurement& m, uint64_t bytes) {
     std::printf("  (caller saw %.2f s)", m.total_seconds);
   if (m.cpu > 0)
     std::printf("  bench CPU %.2f s", m.cpu);
+  if (m.path_cpu > 0)
+    std::printf("  path CPU %.2f s", m.path_cpu);
   std::printf("\n");
 }
 
@@ -401,6 +487,14 @@ double median_rate(const std::vector<measurement>& ms, uint64_t bytes) {
   return median(r);
 }
 
+double median_cpu(const std::vector<measurement>& ms, uint64_t bytes) {
+  std::vector<double> r;
+  for (auto& m : ms)
+    if (m.error.empty())
+      r.push_back(m.cpu_s_per_gib(bytes));
+  return median(r);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -408,6 +502,7 @@ int main(int argc, char** argv) {
   size_t chunk_kib = 256;
   int runs = 1;
   int tune_runs = 1;
+  std::string paths = "abcd";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--mib" && i + 1 < argc) {
@@ -420,9 +515,11 @@ int main(int argc, char** argv) {
       tune_runs = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--no-tune") {
       tune_runs = 0;
+    } else if (a == "--paths" && i + 1 < argc) {
+      paths = argv[++i];
     } else {
       std::fprintf(stderr, "usage: %s [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T]"
-                   " [--no-tune]\n",
+                   " [--no-tune] [--paths abcd]\n",
                    argv[0]);
       return 2;
     }
@@ -431,6 +528,10 @@ int main(int argc, char** argv) {
   if (chunk < lv::min_upload_chunk || chunk > lv::max_upload_chunk) {
     std::fprintf(stderr, "--chunk-kib must be within [%zu, %zu]\n", lv::min_upload_chunk >> 10,
                  lv::max_upload_chunk >> 10);
+    return 2;
+  }
+  if (paths.empty() || paths.find_first_not_of("abcd") != std::string::npos) {
+    std::fprintf(stderr, "--paths takes letters from abcd\n");
     return 2;
   }
   if (::geteuid() != 0) {
@@ -464,18 +565,24 @@ int main(int argc, char** argv) {
       print(b.direct(lv::min_upload_chunk), s.bytes);
       std::vector<measurement> a, bo, c, d, dv;
       using step = std::function<void()>;
-      std::vector<step> steps{
-        [&] { print(a.emplace_back(b.engine(chunk)), s.bytes); },
-        [&] {
+      std::vector<step> steps;
+      auto on = [&](char p) { return paths.find(p) != std::string::npos; };
+      if (on('a'))
+        steps.push_back([&] { print(a.emplace_back(b.engine(chunk)), s.bytes); });
+      if (on('b'))
+        steps.push_back([&] {
           print(bo.emplace_back(b.virsh("(b) virsh qemu+ssh (OpenSSH)", s.openssh_uri())),
                 s.bytes);
-        },
-        [&] {
+        });
+      if (on('c'))
+        steps.push_back([&] {
           print(c.emplace_back(b.virsh("(c) virsh qemu+libssh2", s.libssh2_uri())), s.bytes);
-        },
-        [&] { print(d.emplace_back(b.direct(chunk)), s.bytes); },
-        [&] { print(dv.emplace_back(b.virsh("(d) virsh qemu+unix", s.lv.uri())), s.bytes); },
-      };
+        });
+      if (on('d')) {
+        steps.push_back([&] { print(d.emplace_back(b.direct(chunk)), s.bytes); });
+        steps.push_back(
+          [&] { print(dv.emplace_back(b.virsh("(d) virsh qemu+unix", s.lv.uri())), s.bytes); });
+      }
       for (int r = 0; r < runs; ++r) {
         std::printf("\n[run %d/%d] %llu MiB each; load average %s\n", r + 1, runs,
                     static_cast<unsigned long long>(mibs), load_average().c_str());
@@ -486,13 +593,30 @@ int main(int argc, char** argv) {
       auto ra = median_rate(a, s.bytes), rb = median_rate(bo, s.bytes),
            rc = median_rate(c, s.bytes), rd = median_rate(d, s.bytes),
            rdv = median_rate(dv, s.bytes);
-      std::printf("\n==== results (median of %d; MiB/s, connect cost excluded) ====\n", runs);
-      std::printf("  (a) engine ssh link           %7.1f\n", ra);
-      std::printf("  (b) virsh qemu+ssh (OpenSSH)  %7.1f\n", rb);
-      std::printf("  (c) virsh qemu+libssh2        %7.1f\n", rc);
-      std::printf("  (d) unix socket, API          %7.1f   virsh: %.1f\n", rd, rdv);
+      std::printf("\n==== results (median of %d; connect cost excluded) ====\n", runs);
+      std::printf("                                  MiB/s   path CPU s/GiB\n");
+      std::printf("  (a) engine ssh link           %7.1f   %6.2f\n", ra,
+                  median_cpu(a, s.bytes));
+      std::printf("  (b) virsh qemu+ssh (OpenSSH)  %7.1f   %6.2f\n", rb,
+                  median_cpu(bo, s.bytes));
+      std::printf("  (c) virsh qemu+libssh2        %7.1f   %6.2f\n", rc,
+                  median_cpu(c, s.bytes));
+      std::printf("  (d) unix socket, API          %7.1f   %6.2f   virsh: %.1f MiB/s, %.2f s/GiB\n",
+                  rd, median_cpu(d, s.bytes), rdv, median_cpu(dv, s.bytes));
       std::printf("  engine / (b) OpenSSH = %.2fx  (goal >= 1.5x)\n", rb > 0 ? ra / rb : 0);
       std::printf("  engine / (c) libssh2 = %.2fx  (goal >= 2x)\n", rc > 0 ? ra / rc : 0);
+      // The load on this machine drifts over minutes and moves all paths of
+      // one run together: the ratio within each run, then its median, is
+      // the steadier figure.
+      auto per_run = [&](const std::vector<measurement>& x) {
+        std::vector<double> r;
+        for (size_t i = 0; i < a.size() && i < x.size(); ++i)
+          if (a[i].error.empty() && x[i].error.empty() && x[i].mib_s(s.bytes) > 0)
+            r.push_back(a[i].mib_s(s.bytes) / x[i].mib_s(s.bytes));
+        return median(r);
+      };
+      std::printf("  median of per-run ratios: engine / (b) = %.2fx, engine / (c) = %.2fx\n",
+                  per_run(bo), per_run(c));
       std::printf("  engine / (d) unix    = %.2f of the ceiling\n", rd > 0 ? ra / rd : 0);
       if (tune_runs > 0) {
         std::printf("\n==== chunk size (%d upload(s) per size and path, interleaved;"

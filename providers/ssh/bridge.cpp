@@ -167,7 +167,7 @@ public:
       progress_ = false;
       // Each step returns false once reason_ is set.
       if (!accept() || !client_to_up() || !up_to_far() || !far_to_down() || !timers()
-          || !down_to_client() || finished())
+          || !flush_far() || !down_to_client() || finished())
         break;
       if (!progress_)
         wait();
@@ -245,6 +245,16 @@ private:
     return why.empty() ? true : stop(why);
   }
 
+  // Once per turn: what the far end gathered during this turn's writes (and
+  // keepalives) goes out now, in one send.
+  bool flush_far() {
+    auto rc = far_.flush();
+    if (rc < 0)
+      return stop(far_.failure());
+    flush_pending_ = rc > 0;
+    return true;
+  }
+
   bool down_to_client() {
     if (!have_client_ || down_.empty())
       return true;
@@ -268,7 +278,7 @@ private:
       if (far_.settle() || std::chrono::steady_clock::now() >= settle_deadline_)
         return !stop(far_.end_reason());
     }
-    if (client_eof_ && up_.empty())
+    if (client_eof_ && up_.empty() && !flush_pending_)
       return !stop("local client EOF");
     return false;
   }
@@ -279,7 +289,7 @@ private:
     pollfd p[2];
     p[0].fd = far_.fd();
     p[0].events = settling_ ? short{POLLIN}
-                            : far_.poll_events(wants_far_data(), !up_.empty());
+                            : far_.poll_events(wants_far_data(), !up_.empty() || flush_pending_);
     if (!have_client_) {
       p[1].fd = bridge_.listen_fd();
       p[1].events = POLLIN;
@@ -318,6 +328,7 @@ private:
   bool settling_ = false; // far EOF delivered, waiting for far.settle()
   std::chrono::steady_clock::time_point settle_deadline_;
   bool progress_ = false;
+  bool flush_pending_ = false; // far_.flush() left bytes behind
   std::string reason_;
 };
 

@@ -96,7 +96,19 @@ ssize_t channel_end::write(const char* buf, size_t len) {
   return failed;
 }
 
+int channel_end::flush() {
+  auto rc = session_.flush();
+  if (rc >= 0)
+    return rc;
+  failure_ = libssh2_failure("channel write", LIBSSH2_ERROR_SOCKET_SEND,
+                             std::string{"send: "} + std::strerror(-rc));
+  return static_cast<int>(failed);
+}
+
 short channel_end::poll_events(bool want_read, bool want_write) const {
+  // Gathered bytes still to go out: the socket's room is what we wait for.
+  if (session_.output_pending())
+    return static_cast<short>(POLLOUT | (want_read ? POLLIN : 0));
   // Nothing wanted, nothing polled: libssh2 may report "blocked inbound"
   // from an old read, and a POLLIN on a socket we are not going to read
   // (the client is slow, our buffer toward it is full) would spin the pump.

@@ -41,6 +41,11 @@ public:
   /// Milliseconds until tick() wants to run again; -1 for never.
   virtual int next_tick_ms() const = 0;
 
+  /// Pushes out what write() (or tick()) left gathered in userspace, without
+  /// blocking: 0 when nothing is left, 1 when some is (poll_events() then
+  /// asks for POLLOUT), failed when the connection broke (see failure()).
+  virtual int flush() { return 0; }
+
   /// Called after end_of_stream until it returns true: whether the far end
   /// has nothing more to tell. An exec channel's exit status and the rest
   /// of its stderr arrive after its EOF; the pump gives them a short grace.
@@ -86,6 +91,7 @@ public:
   short poll_events(bool want_read, bool want_write) const override;
   std::string tick(bool reading) override;
   int next_tick_ms() const override;
+  int flush() override;
   bool settle() override;
   std::string end_reason() const override;
   std::string failure() const override { return failure_ + channel_.end_detail(); }

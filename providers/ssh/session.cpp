@@ -63,6 +63,17 @@ void set_int_option(int fd, int level, int name, int value) {
   ::setsockopt(fd, level, name, &value, sizeof value);
 }
 
+// The coalescing buffer. libssh2 1.10 hands its send callback one SSH packet
+// at a time (32 KiB of channel data: the packet size sshd grants a
+// direct-streamlocal channel), so the pump made one send() per packet.
+// Measured (bench/upload, 512 MiB, perf trace of the pump thread): 17.3k
+// send() calls without it, 2.5k with it, the pump's other syscalls
+// unchanged; sshd already read ~160 KiB per read() either way (it is the
+// slower side). The throughput gain is within this machine's noise (see
+// the commit message); it costs one memcpy of what is sent. 256 KiB: one
+// libvirt stream packet, and four loopback TCP segments.
+constexpr size_t coalesce_capacity = size_t{256} << 10;
+
 } // namespace
 
 std::string endpoint_name(const std::string& host, const std::string& address,
@@ -105,6 +116,7 @@ session::~session() {
   // blocks, whichever thread drops the last reference.
   if (fd_ >= 0)
     ::shutdown(fd_, SHUT_RDWR);
+  coalesce_ = false; // the goodbye below goes straight to the (dead) socket
   if (session_) {
     libssh2_session_set_blocking(session_, 1);
     libssh2_session_free(session_);
@@ -141,13 +153,61 @@ ssize_t session::recv_hook(libssh2_socket_t fd, void* buf, size_t len, int flags
 }
 
 ssize_t session::send_hook(libssh2_socket_t fd, const void* buf, size_t len,
-                           int flags, void**) {
+                           int flags, void** abstract) {
+  auto* self = abstract ? static_cast<session*>(*abstract) : nullptr;
+  if (self && self->coalesce_) {
+    if (self->out_errno_ != 0)
+      return -self->out_errno_;
+    if (self->out_len_ + len > coalesce_capacity) {
+      if (auto rc = self->flush(); rc < 0)
+        return rc;
+    }
+    // An empty buffer and a big packet: nothing to gather, send it as is.
+    if (self->out_len_ > 0 || len < coalesce_capacity) {
+      auto room = coalesce_capacity - self->out_len_;
+      if (room == 0)
+        return -EAGAIN; // libssh2 keeps the packet and polls for POLLOUT
+      auto n = std::min(room, len);
+      std::memcpy(self->out_.get() + self->out_len_, buf, n);
+      self->out_len_ += n;
+      return static_cast<ssize_t>(n); // a short count: libssh2 sends the rest later
+    }
+  }
   // libssh2's own send() passes no MSG_NOSIGNAL: after a kill shut the
   // socket down, its next write would raise SIGPIPE and end the process.
   auto n = ::send(fd, buf, len, flags | MSG_NOSIGNAL);
   if (n < 0)
     return -errno;
   return n;
+}
+
+void session::coalesce_sends(bool on) noexcept {
+  if (on && !out_)
+    out_.reset(new (std::nothrow) char[coalesce_capacity]);
+  coalesce_ = on && out_ != nullptr;
+}
+
+int session::flush() noexcept {
+  size_t sent = 0;
+  while (sent < out_len_) {
+    auto n = ::send(fd_, out_.get() + sent, out_len_ - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      out_errno_ = errno;
+      return -errno;
+    }
+    break;
+  }
+  if (sent > 0) {
+    std::memmove(out_.get(), out_.get() + sent, out_len_ - sent);
+    out_len_ -= sent;
+  }
+  return out_len_ > 0 ? 1 : 0;
 }
 
 caf::error session::fail(const std::string& step, int rc) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <caf/error.hpp>
@@ -86,6 +87,20 @@ public:
   /// Restarts the receive clock, e.g. while the pump chooses not to read.
   void touch_received() noexcept;
 
+  /// Send coalescing for the pump (non-blocking mode only): from here on,
+  /// what libssh2 sends is gathered in a userspace buffer and goes out in
+  /// one send() per flush() (or when the buffer fills) instead of one per
+  /// SSH packet. Off during the blocking setup steps.
+  void coalesce_sends(bool on) noexcept;
+
+  /// Sends what coalescing holds, without blocking. Returns 0 when nothing
+  /// is left, 1 when the socket took only part (poll for POLLOUT, call
+  /// again), or -errno on a broken socket.
+  int flush() noexcept;
+
+  /// Whether flush() left bytes behind.
+  bool output_pending() const noexcept { return out_len_ > 0; }
+
 private:
   static ssize_t send_hook(libssh2_socket_t fd, const void* buf, size_t len,
                            int flags, void** abstract);
@@ -101,6 +116,11 @@ private:
   LIBSSH2_SESSION* session_ = nullptr;
   std::string who_;
   std::atomic<int64_t> last_rx_ns_{0};
+  // The coalescing buffer: only the pump's thread touches it.
+  bool coalesce_ = false;
+  std::unique_ptr<char[]> out_;
+  size_t out_len_ = 0;
+  int out_errno_ = 0; // a failed flush, reported by the next send
 };
 
 } // namespace egress::ssh

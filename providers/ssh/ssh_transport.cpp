@@ -114,6 +114,7 @@ caf::error ssh_transport::pump() {
     return invalid("ssh: pump() called twice on one transport");
   // From here on the session is driven by poll(): non-blocking libssh2.
   libssh2_session_set_blocking(session_.get(), 0);
+  session_.coalesce_sends(true);
   if (opts_.ssh_keepalive_interval.count() > 0)
     libssh2_keepalive_config(session_.get(), 1,
                              static_cast<unsigned>(opts_.ssh_keepalive_interval.count()));
