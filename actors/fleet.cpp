@@ -1,6 +1,7 @@
 #include "actors/fleet.hpp"
 
 #include "actors/host_link.hpp"
+#include "actors/image.hpp"
 #include "actors/proxy.hpp"
 #include "actors/transport_choice.hpp"
 #include "messages/error.hpp"
@@ -41,6 +42,29 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     st.links.emplace(h.name, link);
     host_by_name.emplace(h.name, &h);
   }
+  // One image actor per (image, host) that a proxy needs: the provider
+  // entry is the fleet's own, so every cache entry is (entry, image) on a host.
+  auto image_for = [&](const proxy_spec& p) -> image_actor {
+    if (p.image.empty())
+      return {};
+    auto key = p.image + "@" + p.host;
+    if (auto i = st.images.find(key); i != st.images.end())
+      return i->second;
+    auto cfg_of = std::find_if(st.cfg.images.begin(), st.cfg.images.end(),
+                               [&](const image_config& x) { return x.name == p.image; });
+    image_options o; // validated: the image is declared, the host has a pool
+    o.entry = st.cfg.entry;
+    o.host = *host_by_name.at(p.host);
+    o.image = images::image_source{cfg_of->name, cfg_of->url, cfg_of->sha256, cfg_of->size,
+                                   cfg_of->format};
+    o.transfer_budget = cfg_of->transfer_budget;
+    o.make_transport = hooks.make_transport(o.host);
+    o.sink = sink;
+    auto img = spawn_image(self->system(), std::move(o));
+    self->monitor(img);
+    st.images.emplace(key, img);
+    return img;
+  };
   for (auto& p : st.cfg.proxies) {
     auto& h = *host_by_name.at(p.host); // validated: every proxy names a host
     proxy_options o;
@@ -51,6 +75,10 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     o.poll_interval = st.cfg.poll_interval;
     o.call_timeout = caller_timeout(h);
     o.link = st.links.at(p.host);
+    o.image = image_for(p);
+    for (auto& img : st.cfg.images)
+      if (img.name == p.image) // a waiter outlasts the image's own budget
+        o.image_timeout = img.transfer_budget + std::chrono::minutes(1);
     o.sink = sink;
     auto proxy = self->spawn(make_proxy, std::move(o));
     self->monitor(proxy);
@@ -72,6 +100,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
         out.links.push_back(s);
       for (auto& [_, s] : self->state.proxy_view)
         out.proxies.push_back(s);
+      for (auto& [_, s] : self->state.image_view)
+        out.images.push_back(s);
       return out;
     },
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
@@ -105,6 +135,10 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       // the actor system's final join cannot hang (invariant 15).
       for (auto& [_, l] : st.links)
         self->send(l, atom::kill_v, std::string{"engine shutdown"});
+      // An image's exit gives its fill up (transports killed, download
+      // cancelled), so a 20-minute upload does not hold the shutdown.
+      for (auto& [_, i] : st.images)
+        self->send_exit(i, caf::exit_reason::user_shutdown);
       for (auto& [_, p] : st.proxies)
         self->send_exit(p, caf::exit_reason::user_shutdown);
       for (auto& [_, l] : st.links)
@@ -117,6 +151,10 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     },
     [self](link_status& s) { self->state.link_view[s.host] = std::move(s); },
     [self](proxy_status& s) { self->state.proxy_view[s.name] = std::move(s); },
+    [self](image_status& s) {
+      auto key = s.image + "@" + s.host;
+      self->state.image_view[key] = std::move(s);
+    },
   };
 }
 

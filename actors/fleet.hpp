@@ -25,6 +25,8 @@ struct fleet_state {
   engine_config cfg;
   std::map<std::string, host_link_actor> links;
   std::map<std::string, proxy_actor> proxies;
+  std::map<std::string, image_actor> images; // by "<image>@<host>"
+  std::map<std::string, image_status> image_view;
   std::map<std::string, link_status> link_view;
   std::map<std::string, proxy_status> proxy_view;
   bool stopping = false;

@@ -39,6 +39,21 @@ caf::timespan retry_delay(image_actor_state& st) {
   return half + caf::timespan{d(rng)};
 }
 
+image_status snapshot(image_actor_state& st) {
+  auto s = st.status;
+  if (s.state == image_state::failed)
+    s.retry_in_ms = std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(st.retry_at - clock::now())
+           .count());
+  return s;
+}
+
+// Pushes the status to the sink (the fleet's view, the shell's progress bars).
+void push(image_pointer self) {
+  if (self->state.opts.sink)
+    self->send(self->state.opts.sink, snapshot(self->state));
+}
+
 void publish_progress(image_pointer self) {
   auto& st = self->state;
   if (!st.progress)
@@ -96,6 +111,7 @@ void abandon(image_pointer self, ec code, const std::string& why) {
   auto err = make_error(code, st.name + ": " + why);
   record_failure(self, err);
   fail_waiters(self, err);
+  push(self);
 }
 
 void finished(image_pointer self, caf::expected<images::fill_result> r) {
@@ -132,12 +148,16 @@ void finished(image_pointer self, caf::expected<images::fill_result> r) {
       w.deliver(st.ready);
     st.waiters.clear();
     st.status.waiters = 0;
+    push(self);
     return;
   }
-  if (st.abandoned)
-    return; // failure recorded and waiters told when it was abandoned
+  if (st.abandoned) {
+    push(self); // failure recorded and waiters told when it was abandoned
+    return;
+  }
   record_failure(self, r.error());
   fail_waiters(self, r.error());
+  push(self);
 }
 
 void start_fill(image_pointer self) {
@@ -189,6 +209,7 @@ void start_fill(image_pointer self) {
       },
       [self](caf::error& err) { finished(self, std::move(err)); });
   self->delayed_send(self, st.opts.tick, atom::poll_v);
+  push(self);
 }
 
 } // namespace
@@ -213,6 +234,7 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
     fail_waiters(self, make_error(ec::shutting_down, st.name + ": the image cache is stopping"));
     self->quit(msg.reason);
   });
+  push(self); // listed in status before anyone asks for it
   return {
     [self](atom::ensure) -> caf::result<image_ready> {
       auto& st = self->state;
@@ -242,17 +264,11 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
       st.status.waiters = static_cast<uint32_t>(st.waiters.size());
       if (!st.running)
         start_fill(self);
+      else
+        push(self);
       return rp;
     },
-    [self](atom::status) -> image_status {
-      auto& st = self->state;
-      auto s = st.status;
-      if (st.status.state == image_state::failed)
-        s.retry_in_ms = std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(st.retry_at - clock::now())
-               .count());
-      return s;
-    },
+    [self](atom::status) -> image_status { return snapshot(self->state); },
     [self](atom::kill, std::string& why) -> image_status {
       abandon(self, ec::link_down, "transfer abandoned: " + why);
       return self->state.status;
@@ -262,6 +278,7 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
       if (!st.running)
         return;
       publish_progress(self);
+      push(self);
       if (!st.abandoned && clock::now() - st.started_at > st.opts.transfer_budget)
         abandon(self, ec::budget_exceeded,
                 "transfer budget of "

@@ -38,6 +38,7 @@ struct image_options {
   /// Builds the transports of each fill's dedicated connections; empty =
   /// transport_for(host), the same kind of path as the host's pooled link.
   transport_factory make_transport;
+  status_sink_actor sink; // receives image_status on every change (optional)
 };
 
 struct image_actor_state {

@@ -147,8 +147,45 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   }
 }
 
+// Waits for the proxy's base image (one transfer for all proxies on the host
+// that need it, run by the image actor) and creates the domain once it is
+// verified in the pool. The proxy stays pending meanwhile: a transient image
+// failure is retried by the next poll, a permanent one is shown as the
+// proxy's error.
+void ensure_image_then_create(proxy_pointer self) {
+  auto& st = self->state;
+  if (st.waiting_image)
+    return;
+  st.waiting_image = true;
+  st.busy = true;
+  self->request(st.opts.image, st.opts.image_timeout, atom::ensure_v)
+    .then(
+      [self](image_ready& r) {
+        auto& st = self->state;
+        st.waiting_image = false;
+        st.busy = false;
+        st.have_image = true;
+        st.image = std::move(r);
+        log::info("proxy", st.opts.spec.name + ": base image ready as " + st.image.volume);
+        create(self);
+      },
+      [self](caf::error& err) {
+        auto before = self->state.status;
+        self->state.waiting_image = false;
+        self->state.busy = false;
+        // Never latches: a permanent image error is fixed by a config change,
+        // and the image actor answers it at once until then.
+        record_error(self, err, false);
+        publish(self, before);
+      });
+}
+
 void create(proxy_pointer self) {
   auto& st = self->state;
+  if (st.opts.image && !st.have_image) {
+    ensure_image_then_create(self);
+    return;
+  }
   st.status.phase = proxy_phase::creating;
   domain_spec ds;
   ds.name = st.opts.spec.name;

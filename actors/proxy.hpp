@@ -24,6 +24,8 @@ struct proxy_options {
   caf::timespan poll_interval = std::chrono::seconds(2);
   caf::timespan call_timeout = std::chrono::seconds(61); // wait for the link
   host_link_actor link;
+  image_actor image;      // its base image's cache entry (null: no image)
+  caf::timespan image_timeout = std::chrono::minutes(31); // how long it waits
   status_sink_actor sink; // receives proxy_status on every change (optional)
 };
 
@@ -36,6 +38,9 @@ struct proxy_state {
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly
   bool erasing = false;
+  bool have_image = false;    // the base image is verified in the pool
+  bool waiting_image = false; // an ensure is outstanding
+  image_ready image;
   std::vector<caf::typed_response_promise<proxy_status>> erase_waiters;
 };
 

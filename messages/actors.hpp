@@ -57,7 +57,8 @@ using link_events_actor = caf::typed_actor<caf::reacts_to<link_down>>;
 
 /// Receives status snapshots pushed by links and proxies when they change.
 using status_sink_actor = caf::typed_actor<caf::reacts_to<link_status>,
-                                           caf::reacts_to<proxy_status>>;
+                                           caf::reacts_to<proxy_status>,
+                                           caf::reacts_to<image_status>>;
 
 /// A detached actor that runs one blocking_work and then quits. Its caller
 /// abandons it on timeout; the link's kill is what unblocks the work.
@@ -109,6 +110,7 @@ using fleet_actor = caf::typed_actor<
   caf::replies_to<atom::shutdown>::with<bool>,
   caf::reacts_to<link_down>,
   caf::reacts_to<link_status>,
-  caf::reacts_to<proxy_status>>;
+  caf::reacts_to<proxy_status>,
+  caf::reacts_to<image_status>>;
 
 } // namespace egress

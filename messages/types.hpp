@@ -37,12 +37,13 @@ struct proxy_spec {
   uint32_t memory_mib = 128;
   std::string network;
   std::vector<std::string> tags;
+  std::string image; // the declared image its disk is based on ("" = none)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, proxy_spec& x) {
   return f(caf::meta::type_name("proxy_spec"), x.name, x.host, x.vcpus,
-           x.memory_mib, x.network, x.tags);
+           x.memory_mib, x.network, x.tags, x.image);
 }
 
 /// Everything the libvirt provider needs to define one domain.
@@ -148,16 +149,6 @@ typename Inspector::result_type inspect(Inspector& f, proxy_status& x) {
            x.last_error_kind, x.polls);
 }
 
-struct fleet_status {
-  std::string entry;
-  std::vector<link_status> links;
-  std::vector<proxy_status> proxies;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
-  return f(caf::meta::type_name("fleet_status"), x.entry, x.links, x.proxies);
-}
 
 enum class image_state : uint8_t {
   absent = 0,   // not checked or fetched yet
@@ -207,6 +198,18 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, image_ready& x) {
   return f(caf::meta::type_name("image_ready"), x.image, x.host, x.volume, x.path,
            x.length);
+}
+
+struct fleet_status {
+  std::string entry;
+  std::vector<link_status> links;
+  std::vector<proxy_status> proxies;
+  std::vector<image_status> images;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
+  return f(caf::meta::type_name("fleet_status"), x.entry, x.links, x.proxies, x.images);
 }
 
 /// Broadcast by a host link when it dies, before its transport is killed.

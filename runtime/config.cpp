@@ -1,6 +1,7 @@
 #include "runtime/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +167,7 @@ constexpr range keepalive_count_range{1, 100};
 const std::vector<std::string> known_transports{"direct", "ssh", "local-socket"};
 const std::vector<std::string> known_address_sources{"lease", "agent", "arp"};
 const std::vector<std::string> known_domain_types{"test", "qemu", "kvm"};
+const std::vector<std::string> known_image_formats{"qcow2", "raw", "kernel", "initrd"};
 
 bool check_range(problems& out, const std::string& path, int64_t x, range r) {
   if (x >= r.lo && x <= r.hi)
@@ -338,6 +340,31 @@ void check_proxy(problems& out, const std::string& path, const proxy_spec& p,
   }
 }
 
+void check_image(problems& out, const std::string& path, const image_config& img,
+                 std::map<std::string, std::string>& names) {
+  check_name(out, at(path, "name"), img.name);
+  check_unique(out, at(path, "name"), "image name", img.name, path, names);
+  auto scheme = img.url.substr(0, img.url.find("://"));
+  if (img.url.empty())
+    out.add(at(path, "url"), "required key is missing");
+  else if (img.url.find("://") == std::string::npos
+           || (scheme != "http" && scheme != "https" && scheme != "file")
+           || img.url.size() == scheme.size() + 3)
+    out.add(at(path, "url"), "expected an http://, https:// or file:// URL, got "
+                               + lv::quote(img.url));
+  bool hex = img.sha256.size() == 64
+             && std::all_of(img.sha256.begin(), img.sha256.end(), [](char c) {
+                  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                });
+  if (!hex)
+    out.add(at(path, "sha256"), "expected 64 lowercase hex digits, got "
+                                  + lv::quote(img.sha256));
+  if (!contains(known_image_formats, img.format))
+    out.add(at(path, "format"), "expected one of qcow2, raw, kernel, initrd, got "
+                                  + lv::quote(img.format));
+  check_positive(out, at(path, "transfer-budget"), img.transfer_budget);
+}
+
 void check_engine(problems& out, const engine_config& cfg) {
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
@@ -352,9 +379,32 @@ void check_engine(problems& out, const engine_config& cfg) {
   std::map<std::string, std::string> hosts;
   for (size_t i = 0; i < cfg.hosts.size(); ++i)
     check_host(out, at("engine.hosts", i), cfg.hosts[i], hosts);
+  std::map<std::string, std::string> images;
+  for (size_t i = 0; i < cfg.images.size(); ++i)
+    check_image(out, at("engine.images", i), cfg.images[i], images);
   std::map<std::string, std::string> proxies;
-  for (size_t i = 0; i < cfg.proxies.size(); ++i)
-    check_proxy(out, at("engine.proxies", i), cfg.proxies[i], hosts, proxies);
+  for (size_t i = 0; i < cfg.proxies.size(); ++i) {
+    auto path = at("engine.proxies", i);
+    auto& p = cfg.proxies[i];
+    check_proxy(out, path, p, hosts, proxies);
+    if (p.image.empty())
+      continue;
+    if (!images.contains(p.image)) {
+      std::vector<std::string> declared;
+      for (auto& entry : images)
+        declared.push_back(entry.first);
+      out.add(at(path, "image"), "undeclared image " + lv::quote(p.image)
+                                   + " (declared images: "
+                                   + (declared.empty() ? std::string{"none"} : join(declared))
+                                   + ")");
+      continue;
+    }
+    for (auto& h : cfg.hosts)
+      if (h.name == p.host && h.pool.empty())
+        out.add(at(path, "image"), "host " + lv::quote(h.name)
+                                     + " has no pool to keep image " + lv::quote(p.image)
+                                     + " in (set its pool)");
+  }
 }
 
 // -- reading the settings tree ------------------------------------------------
@@ -410,6 +460,12 @@ public:
     if (auto x = get<config_value::integer>(key, false, "an integer"))
       if (check_range(out_, path(key), *x, r))
         dst = static_cast<uint32_t>(*x);
+  }
+
+  void read(const std::string& key, uint64_t& dst) {
+    if (auto x = get<config_value::integer>(key, false, "an integer"))
+      if (check_range(out_, path(key), *x, range{0, INT64_MAX}))
+        dst = static_cast<uint64_t>(*x);
   }
 
   // Keeps the default unless every element is a string, so that positions
@@ -565,22 +621,40 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
 proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
   proxy_spec p;
   dict_reader r{out, d, path,
-                {"name", "host", "vcpus", "memory-mib", "network", "tags"}};
+                {"name", "host", "vcpus", "memory-mib", "network", "tags", "image"}};
   r.read("name", p.name, true);
   r.read("host", p.host, true);
   r.read("vcpus", p.vcpus, vcpus_range);
   r.read("memory-mib", p.memory_mib, memory_mib_range);
   r.read("network", p.network);
   r.read("tags", p.tags);
+  r.read("image", p.image);
   r.finish();
   return p;
+}
+
+image_config read_image(problems& out, const std::string& path, const dict& d) {
+  image_config img;
+  dict_reader r{out, d, path,
+                {"name", "url", "sha256", "size", "format", "transfer-budget"}};
+  r.read("name", img.name, true);
+  r.read("url", img.url, true);
+  r.read("sha256", img.sha256, true);
+  // Digests are compared as text: one case, whatever the file used.
+  std::transform(img.sha256.begin(), img.sha256.end(), img.sha256.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  r.read("size", img.size);
+  r.read("format", img.format);
+  r.read("transfer-budget", img.transfer_budget);
+  r.finish();
+  return img;
 }
 
 void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "shutdown-timeout", "redial-min",
-                 "redial-max", "hosts", "proxies"}};
+                 "redial-max", "hosts", "images", "proxies"}};
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
   r.read("shutdown-timeout", cfg.shutdown_timeout);
@@ -589,6 +663,10 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));
+    });
+  if (auto xs = r.get<list>("images", false, "a list of dicts"))
+    for_each_dict(out, "engine.images", *xs, [&](auto path, auto& x) {
+      cfg.images.push_back(read_image(out, path, x));
     });
   if (auto xs = r.get<list>("proxies", false, "a list of dicts"))
     for_each_dict(out, "engine.proxies", *xs, [&](auto path, auto& x) {

@@ -51,6 +51,16 @@ struct host_config {
   caf::timespan tcp_user_timeout = std::chrono::seconds(10);
 };
 
+/// A base image the cache keeps verified in each host's pool that needs it.
+struct image_config {
+  std::string name;
+  std::string url;          // http://, https:// or file://
+  std::string sha256;       // 64 hex digits, stored lowercase
+  uint64_t size = 0;        // bytes; 0 = as the server declares it
+  std::string format = "qcow2"; // qcow2, raw, kernel or initrd
+  caf::timespan transfer_budget = std::chrono::minutes(30);
+};
+
 struct engine_config {
   std::string config_file;  // the file it came from ("" when built in code)
   std::string entry;        // provider entry: written into every mark
@@ -59,6 +69,7 @@ struct engine_config {
   caf::timespan redial_min = std::chrono::milliseconds(500);
   caf::timespan redial_max = std::chrono::seconds(30);
   std::vector<host_config> hosts;
+  std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host
 };
 

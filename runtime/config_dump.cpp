@@ -80,6 +80,13 @@ std::string dump_config(const engine_config& cfg) {
            + ", connect-timeout = " + duration(h.connect_timeout)
            + ", address-sources = " + list(h.address_sources) + " },\n";
   }
+  out += "]\nimages = [\n";
+  for (auto& img : cfg.images) {
+    out += "  { name = " + quoted(img.name) + ", url = " + quoted(img.url)
+           + ", sha256 = " + quoted(img.sha256) + ", size = " + std::to_string(img.size)
+           + ", format = " + quoted(img.format)
+           + ", transfer-budget = " + duration(img.transfer_budget) + " },\n";
+  }
   out += "]\nproxies = [\n";
   for (auto& p : cfg.proxies) {
     out += "  { name = " + quoted(p.name) + ", host = " + quoted(p.host)
@@ -87,6 +94,8 @@ std::string dump_config(const engine_config& cfg) {
            + ", memory-mib = " + std::to_string(p.memory_mib);
     if (!p.network.empty())
       out += ", network = " + quoted(p.network);
+    if (!p.image.empty())
+      out += ", image = " + quoted(p.image);
     out += ", tags = " + list(p.tags) + " },\n";
   }
   out += "]\n";

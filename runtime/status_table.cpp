@@ -48,6 +48,19 @@ std::string render_table(const fleet_status& st, std::time_t now) {
     out += ", calls " + std::to_string(l.in_flight) + "/" + std::to_string(l.limit)
            + ", queued " + std::to_string(l.queued) + "\n";
   }
+  for (auto& i : st.images) {
+    out += "image " + i.image + "@" + i.host + ": " + to_string(i.state);
+    if (i.state == image_state::fetching && i.total > 0)
+      out += " " + std::to_string(i.bytes * 100 / i.total) + "% of "
+             + std::to_string(i.total >> 20) + " MiB, "
+             + std::to_string(i.rate_bps >> 20) + " MiB/s, ETA "
+             + std::to_string(i.eta_s) + " s";
+    if (i.state == image_state::ready)
+      out += " as " + i.volume;
+    if (!i.last_error.empty() && i.state == image_state::failed)
+      out += " (" + i.last_error + ")";
+    out += "\n";
+  }
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"PROXY", "HOST", "STATE", "ADDRESS", "AGE", "LAST ERROR"});
   for (auto& p : st.proxies)
@@ -74,6 +87,12 @@ std::string table_fingerprint(const fleet_status& st) {
   std::string out;
   for (auto& l : st.links)
     out += l.host + "|" + to_string(l.state) + "|" + l.reason + "\n";
+  // Progress counts in tenths, so a transfer reprints the table now and then
+  // rather than on every tick.
+  for (auto& i : st.images)
+    out += i.image + "@" + i.host + "|" + to_string(i.state) + "|"
+           + (i.total > 0 ? std::to_string(i.bytes * 10 / i.total) : std::string{}) + "|"
+           + i.last_error + "\n";
   for (auto& p : st.proxies)
     out += p.name + "|" + p.host + "|" + to_string(p.phase) + "|" + p.address + "|"
            + p.last_error + "\n";

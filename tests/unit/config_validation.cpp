@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* engine_keys =
-  "entry, poll-interval, shutdown-timeout, redial-min, redial-max, hosts, proxies";
-constexpr const char* proxy_keys = "name, host, vcpus, memory-mib, network, tags";
+  "entry, poll-interval, shutdown-timeout, redial-min, redial-max, hosts, images, proxies";
+constexpr const char* proxy_keys = "name, host, vcpus, memory-mib, network, tags, image";
 
 // A minimal valid engine section; tests append keys or whole sections.
 constexpr const char* minimal = "[engine]\n"
@@ -603,6 +603,66 @@ BOOST_AUTO_TEST_CASE(values_out_of_range) {
                       + line("engine.hosts[0].domain-type",
                              "expected one of test, qemu, kvm, got \"xen\"") + "\n"
                       + line("engine.hosts[0].call-budget", "must be longer than 0s, got -1s"));
+}
+
+// -- images -------------------------------------------------------------------
+
+constexpr const char* digest =
+  "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+BOOST_AUTO_TEST_CASE(images_load_with_defaults_and_proxies_name_them) {
+  auto cfg = load(std::string{"[engine]\nentry = \"e1\"\n"
+                              "hosts = [{name = \"hv1\", uri = \"test:///default\","
+                              " pool = \"images\"}]\n"
+                              "images = [{name = \"base\", url = \"http://m/base.qcow2\","
+                              " sha256 = \""}
+                  + "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08"
+                  + "\"}, {name = \"k\", url = \"file:///srv/vmlinuz\", sha256 = \""
+                  + digest + "\", size = 123, format = \"kernel\", transfer-budget = 5min}]\n"
+                  + "proxies = [{name = \"px-1\", host = \"hv1\", image = \"base\"}]\n");
+  BOOST_REQUIRE_MESSAGE(cfg, (cfg ? std::string{} : render(cfg.error())));
+  BOOST_REQUIRE_EQUAL(cfg->images.size(), 2u);
+  auto& a = cfg->images[0];
+  BOOST_CHECK_EQUAL(a.name, "base");
+  BOOST_CHECK_EQUAL(a.sha256, digest); // stored lowercase
+  BOOST_CHECK_EQUAL(a.size, 0u);
+  BOOST_CHECK_EQUAL(a.format, "qcow2");
+  BOOST_CHECK(a.transfer_budget == std::chrono::minutes(30));
+  auto& k = cfg->images[1];
+  BOOST_CHECK_EQUAL(k.size, 123u);
+  BOOST_CHECK_EQUAL(k.format, "kernel");
+  BOOST_CHECK(k.transfer_budget == std::chrono::minutes(5));
+  BOOST_CHECK_EQUAL(cfg->proxies[0].image, "base");
+}
+
+BOOST_AUTO_TEST_CASE(bad_images_are_reported_by_key) {
+  auto text = problems(std::string{"[engine]\nentry = \"e1\"\n"
+                                   "hosts = [{name = \"hv1\", uri = \"test:///default\"}]\n"
+                                   "images = [{name = \"Base\", url = \"ftp://m/x\","
+                                   " sha256 = \"abc\", format = \"vmdk\","
+                                   " transfer-budget = 0s},\n"
+                                   "  {name = \"b\", url = \"http://m/b\", sha256 = \""}
+                       + digest + "\", size = -1}]\n"
+                       + "proxies = [{name = \"px-1\", host = \"hv1\", image = \"nope\"},\n"
+                       + "  {name = \"px-2\", host = \"hv1\", image = \"b\"}]\n");
+  BOOST_CHECK_EQUAL(
+    text,
+    line("engine.images[1].size", "must be between 0 and 9223372036854775807, got -1") + "\n"
+      + line("engine.images[0].name", "\"Base\" is not a valid name (must match "
+                                      "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)")
+      + "\n"
+      + line("engine.images[0].url",
+             "expected an http://, https:// or file:// URL, got \"ftp://m/x\"")
+      + "\n" + line("engine.images[0].sha256", "expected 64 lowercase hex digits, got \"abc\"")
+      + "\n"
+      + line("engine.images[0].format",
+             "expected one of qcow2, raw, kernel, initrd, got \"vmdk\"")
+      + "\n" + line("engine.images[0].transfer-budget", "must be longer than 0s, got 0s")
+      + "\n"
+      + line("engine.proxies[0].image", "undeclared image \"nope\" (declared images: Base, b)")
+      + "\n"
+      + line("engine.proxies[1].image",
+             "host \"hv1\" has no pool to keep image \"b\" in (set its pool)"));
 }
 
 BOOST_AUTO_TEST_CASE(address_sources) {

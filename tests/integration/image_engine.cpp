@@ -1,0 +1,157 @@
+#define BOOST_TEST_MODULE image_engine
+// Images through the whole engine: proxies that name an image wait for it,
+// the fleet runs one image actor per (image, host), and the status shows it.
+// Real private libvirtd (qemu driver: the pool takes the upload, the domains
+// start a real QEMU without a disk) and the real test HTTP server.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "messages/error.hpp"
+#include "providers/images/volume_names.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "providers/libvirt/domains.hpp"
+#include "providers/mirror/sha256.hpp"
+#include "support/engine_fixture.hpp"
+#include "support/http_server.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t mib = uint64_t{1} << 20;
+
+struct root_required {
+  root_required() { testbed::require_root_or_skip(); }
+};
+
+struct fixture : test::engine_fixture {
+  root_required root;
+  testbed::libvirtd lv; // warm QEMU capabilities: the domains really start
+  std::string pool_dir;
+  std::string image = std::string(4 * mib, 'i');
+  test::http_server http{image};
+
+  fixture() {
+    lv.start();
+    pool_dir = lv.define_dir_pool("images");
+    http.start();
+  }
+  ~fixture() {
+    sys.reset();
+    // The domains QEMU runs outlive the engine: destroy them.
+    if (auto c = lv::connection::open(lv.uri()))
+      for (auto n : {"px-1", "px-2"})
+        lv::delete_domain(**c, n);
+    http.stop();
+  }
+
+  engine_config config() {
+    auto cfg = test::test_config("imgeng");
+    auto h = test::test_host("hv1", lv.uri());
+    h.domain_type = "qemu";
+    h.pool = "images";
+    h.network.clear(); // no NIC: these domains never get an address
+    cfg.hosts.push_back(h);
+    image_config img;
+    img.name = "base";
+    img.url = http.url();
+    img.sha256 = mirror::sha256_hex(image);
+    img.size = image.size();
+    img.format = "raw";
+    img.transfer_budget = 60s;
+    cfg.images.push_back(img);
+    for (auto n : {"px-1", "px-2"}) {
+      auto p = test::test_proxy(n, "hv1");
+      p.network.clear();
+      p.image = "base";
+      cfg.proxies.push_back(p);
+    }
+    BOOST_REQUIRE_MESSAGE(!validate(cfg), render(validate(cfg)));
+    return cfg;
+  }
+};
+
+const image_status* image_in(const fleet_status& st) {
+  return st.images.empty() ? nullptr : &st.images.front();
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(image_engine_suite, fixture)
+
+BOOST_AUTO_TEST_CASE(proxies_wait_for_their_image_then_create_their_domains) {
+  http.set({.drip_bytes = 512 * 1024, .drip_interval = 100ms}); // ~0.8 s
+  auto eng = engine::start(*sys, config());
+  BOOST_REQUIRE(eng);
+  // While the image moves, no domain exists yet.
+  bool fetching = wait_status(*eng, [](const fleet_status& st) {
+    auto i = image_in(st);
+    return i && i->state == image_state::fetching;
+  }, 10s);
+  BOOST_CHECK(fetching);
+  if (auto st = eng->status())
+    for (auto& p : st->proxies)
+      BOOST_CHECK(p.phase == proxy_phase::pending);
+  bool created = wait_status(*eng, [](const fleet_status& st) {
+    auto i = image_in(st);
+    if (!i || i->state != image_state::ready)
+      return false;
+    for (auto& p : st.proxies)
+      if (p.phase != proxy_phase::provisioning && p.phase != proxy_phase::running)
+        return false;
+    return true;
+  }, 60s);
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  for (auto& p : st->proxies)
+    BOOST_TEST_MESSAGE("proxy " << p.name << ": " << to_string(p.phase) << " "
+                                << p.last_error);
+  BOOST_CHECK(created);
+  BOOST_REQUIRE_EQUAL(st->images.size(), 1u); // one actor for both proxies
+  auto& i = st->images.front();
+  BOOST_CHECK_EQUAL(i.image, "base");
+  BOOST_CHECK_EQUAL(i.host, "hv1");
+  BOOST_CHECK_EQUAL(i.volume,
+                    images::volume_names::of("imgeng", "base", mirror::sha256_hex(image)).data);
+  BOOST_CHECK_EQUAL(i.transfers, 1u);
+  BOOST_CHECK_EQUAL(http.requests(), 1u); // one download for two proxies
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + i.volume) == image);
+  BOOST_CHECK(!eng->stop());
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_image_keeps_proxies_pending_with_the_reason) {
+  http.set({.error_status = 404});
+  auto eng = engine::start(*sys, config());
+  BOOST_REQUIRE(eng);
+  bool reported = wait_status(*eng, [](const fleet_status& st) {
+    for (auto& p : st.proxies)
+      if (p.last_error.find("404") == std::string::npos)
+        return false;
+    return !st.proxies.empty();
+  }, 20s);
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  for (auto& p : st->proxies) {
+    BOOST_TEST_MESSAGE("proxy " << p.name << ": " << to_string(p.phase) << " ("
+                                << p.last_error_kind << ") " << p.last_error);
+    BOOST_CHECK(p.phase == proxy_phase::pending);
+    BOOST_CHECK_EQUAL(p.last_error_kind, "not_found");
+  }
+  BOOST_CHECK(reported);
+  BOOST_REQUIRE_EQUAL(st->images.size(), 1u);
+  BOOST_CHECK(st->images.front().state == image_state::failed);
+  // Nothing was created on the host: no domain, no volume.
+  auto c = lv::connection::open(lv.uri());
+  BOOST_REQUIRE(c);
+  auto marked = lv::list_marked(**c, "imgeng");
+  BOOST_REQUIRE(marked);
+  BOOST_CHECK(marked->empty());
+  BOOST_CHECK(testbed::run({"ls", "-A", pool_dir}).output.empty());
+  BOOST_CHECK(!eng->stop());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
