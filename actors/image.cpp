@@ -96,7 +96,11 @@ void record_failure(image_pointer self, const caf::error& err) {
   st.status.last_error = render(err);
   st.status.last_error_kind = to_string(kind_of(err));
   ++st.failures_in_a_row;
-  st.retry_at = clock::now() + retry_delay(st);
+  // A permanent failure (a digest mismatch, a 404, a full pool) is not
+  // retried in a loop, but not given up for good either: a daemon runs for
+  // years, and the mirror or the pool gets fixed. It waits retry_max.
+  st.retry_at = clock::now()
+                + (kind_of(err) == error_kind::transient ? retry_delay(st) : st.opts.retry_max);
   log::warn("image", st.name + ": " + st.status.last_error);
 }
 
@@ -242,8 +246,6 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
         case image_state::ready:
           return st.ready;
         case image_state::failed:
-          if (kind_of(st.last_error) != error_kind::transient)
-            return st.last_error;
           if (st.running || clock::now() < st.retry_at) {
             auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
               st.retry_at - clock::now());

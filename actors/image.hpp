@@ -31,7 +31,7 @@ struct image_options {
   images::image_source image;
   caf::timespan transfer_budget = std::chrono::minutes(30);
   caf::timespan retry_min = std::chrono::seconds(5);
-  caf::timespan retry_max = std::chrono::minutes(5);
+  caf::timespan retry_max = std::chrono::minutes(5); // also after a permanent failure
   caf::timespan tick = std::chrono::seconds(1);
   long low_speed_limit = 1024;
   std::chrono::seconds low_speed_time{30};

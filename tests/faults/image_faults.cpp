@@ -600,7 +600,11 @@ BOOST_AUTO_TEST_CASE(spec_08_a_full_pool_fails_clearly_and_leaves_nothing_half_u
   auto ht = h;
   ht.pool = tiny_pool;
   auto n = names("full");
-  auto img = spawn_image(*sys, options("full", ht));
+  auto opts = options("full", ht);
+  // A permanent failure waits retry_max before the next fill (a freed pool
+  // is picked up without a restart): long enough here to see no new fill.
+  opts.retry_max = 60s;
+  auto img = spawn_image(*sys, opts);
   auto t0 = clock_type::now();
   auto w = ensure_async(*sys, img);
   BOOST_REQUIRE(eventually([&] { return w->done.load(); }, 30s));
@@ -657,6 +661,7 @@ BOOST_AUTO_TEST_CASE(spec_08_a_full_pool_fails_clearly_and_leaves_nothing_half_u
   if (permanent) {
     BOOST_CHECK(w2->error() == err);
     BOOST_CHECK_EQUAL(s2.fills, 1u);
+    BOOST_CHECK(s2.retry_in_ms > 30'000); // it will be tried again, later
   }
   list("after the next ensure");
   check_settles(base, "full pool");

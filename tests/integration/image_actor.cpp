@@ -230,6 +230,35 @@ BOOST_AUTO_TEST_CASE(the_transfer_budget_abandons_a_stalled_fill_and_a_retry_res
   BOOST_CHECK(testbed::read_file(pool_dir + "/" + names.data) == image);
 }
 
+// A permanent failure (404) is answered at once until retry_max has passed,
+// then tried again: a mirror that gets fixed is picked up without a restart.
+BOOST_AUTO_TEST_CASE(a_permanent_failure_is_retried_after_retry_max) {
+  http.set({.error_status = 404});
+  auto o = options();
+  o.retry_max = 1500ms;
+  auto img = spawn_image(*sys, o);
+  auto first = ensure_async(*sys, img, 10s);
+  BOOST_REQUIRE(eventually([&] { return first->done.load(); }, 10s));
+  BOOST_CHECK(!first->ok);
+  BOOST_CHECK(kind_of(first->err) == error_kind::not_found);
+  http.set({});
+  auto soon = ensure_async(*sys, img, 10s);
+  BOOST_REQUIRE(eventually([&] { return soon->done.load(); }, 10s));
+  {
+    std::lock_guard<std::mutex> g{soon->mtx};
+    BOOST_TEST_MESSAGE("inside retry_max: " << render(soon->err));
+    BOOST_CHECK(!soon->ok);
+    BOOST_CHECK(detail(soon->err).find("retry in") != std::string::npos);
+  }
+  BOOST_CHECK_EQUAL(status_of(img).fills, 1u);
+  std::this_thread::sleep_for(1600ms);
+  auto later = ensure_async(*sys, img, 30s);
+  BOOST_REQUIRE(eventually([&] { return later->done.load(); }, 30s));
+  std::lock_guard<std::mutex> g{later->mtx};
+  BOOST_CHECK_MESSAGE(later->ok, render(later->err));
+  BOOST_CHECK_EQUAL(status_of(img).fills, 2u);
+}
+
 // Shutdown while a fill is blocked on a stalled mirror: the actor's exit
 // kills the fill's transports and the actor system goes within a bound.
 BOOST_AUTO_TEST_CASE(spec_15_shutdown_is_not_held_up_by_a_stalled_fill) {
