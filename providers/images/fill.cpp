@@ -214,17 +214,26 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
     return make_error(ec::digest_mismatch, "image " + img.name + ": sha256 "
                                              + (*dl)->digest() + ", expected " + img.sha256);
 
+  // The bytes were right; is the volume still there? libvirtd keeps writing
+  // into a file deleted under the upload and reports success (recorded in
+  // volume_upload.cpp), so a marker now would vouch for nothing.
+  auto facts = lv::volume_info(c, pool, names.data);
+  if (!facts)
+    return facts.error();
+  if (!*facts || (*facts)->capacity != total)
+    return make_error(ec::source_failed,
+                      "image " + img.name + ": the volume " + names.data
+                        + (*facts ? " changed size" : " vanished")
+                        + " during the upload; starting over");
+
   // 4. Verified: the marker, then the partial mark goes.
   if (auto err = write_small(c, pool, names.marker, marker_text(img, total)))
     return err;
   if (auto err = lv::delete_volume(c, pool, names.partial))
     return err;
-  auto facts = lv::volume_info(c, pool, names.data);
-  if (!facts)
-    return facts.error();
   fill_result r;
   r.volume = names.data;
-  r.path = *facts ? (*facts)->path : std::string{};
+  r.path = (*facts)->path;
   r.length = total;
   r.transferred = true;
   r.resumed_from = offset;

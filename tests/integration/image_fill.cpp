@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "messages/error.hpp"
@@ -283,6 +284,41 @@ BOOST_AUTO_TEST_CASE(spec_08_a_resumed_image_with_a_bad_prefix_is_discarded) {
   BOOST_REQUIRE_MESSAGE(again, show(again));
   BOOST_CHECK_EQUAL(again->resumed_from, 0u);
   BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+}
+
+// The data volume is deleted under the upload (another tool, an operator):
+// libvirtd keeps writing into the unlinked file and the upload succeeds, so
+// the fill must look before it marks. Transient, no marker; the next fill
+// starts over and ends verified.
+BOOST_AUTO_TEST_CASE(spec_08_a_volume_deleted_under_the_upload_is_never_marked) {
+  http.set({.drip_bytes = 1 * mib, .drip_interval = 100ms});
+  auto n = names();
+  std::atomic<bool> deleted{false};
+  std::thread deleter{[&] {
+    auto path = pool_dir + "/" + n.data;
+    auto deadline = clock_type::now() + 20s;
+    while (clock_type::now() < deadline) {
+      std::error_code ec;
+      if (std::filesystem::file_size(path, ec) >= 3 * mib && !ec) {
+        deleted = lv.virsh({"vol-delete", "--pool", pool_name, n.data}).ok();
+        return;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }};
+  auto r = fill(request());
+  deleter.join();
+  BOOST_REQUIRE(deleted.load());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("deleted under the upload: " << render(r.error()));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
+  BOOST_CHECK(detail(r.error()).find("vanished") != std::string::npos);
+  BOOST_CHECK(!exists(n.marker));
+  http.set({});
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+  BOOST_CHECK(exists(n.marker));
 }
 
 // A 404 is not_found, and leaves nothing.
