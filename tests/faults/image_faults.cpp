@@ -56,9 +56,16 @@
 #include "support/engine_fixture.hpp"
 #include "support/http_server.hpp"
 #include "support/ssh_host.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::pattern;
+using test::ms_of;
+using test::now_ns;
+using test::resources;
+using test::now_resources;
+using test::operator<<;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using test::eventually;
@@ -73,33 +80,6 @@ const std::string tiny_pool = "tiny";
 // loaded 2-core machine gets 3 s of slack.
 constexpr auto liveness_bound = 7s;
 
-template <class Duration>
-long long ms_of(Duration d) {
-  return static_cast<long long>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
-}
-
-int64_t now_ns() {
-  return clock_type::now().time_since_epoch().count();
-}
-
-// Pseudo-random bytes (splitmix64): a chunk sent twice, dropped or written at
-// the wrong offset never matches.
-std::string pattern(size_t n, uint64_t seed) {
-  std::string out(n, '\0');
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i += 8) {
-    x += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    for (size_t k = 0; k < 8 && i + k < n; ++k)
-      out[i + k] = static_cast<char>(z >> (8 * k));
-  }
-  return out;
-}
-
 bool is(const caf::error& err, ec code) {
   return err && err.category() == caf::atom("egress")
          && err.code() == static_cast<uint8_t>(code);
@@ -107,29 +87,6 @@ bool is(const caf::error& err, ec code) {
 
 std::string show(const caf::expected<images::fill_result>& r) {
   return r ? "ok " + r->volume : render(r.error());
-}
-
-// ---- process resources ---------------------------------------------------------
-
-size_t count_entries(const char* dir) {
-  size_t n = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir))
-    ++n;
-  return n;
-}
-
-struct resources {
-  size_t threads = 0;
-  size_t fds = 0;
-  bool operator==(const resources&) const = default;
-};
-
-resources now_resources() {
-  return {count_entries("/proc/self/task"), count_entries("/proc/self/fd")};
-}
-
-std::ostream& operator<<(std::ostream& os, const resources& r) {
-  return os << r.threads << " threads, " << r.fds << " fds";
 }
 
 // ---- transports ------------------------------------------------------------------

@@ -25,9 +25,11 @@
 #include "providers/libvirt/domains.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/ssh_host.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::ms_of;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -36,12 +38,6 @@ namespace {
 // "Release callers of a silent peer within about 4 s" (runtime/config.hpp,
 // docs/spec.md 17); a loaded machine gets 2 s of slack.
 constexpr auto liveness_bound = 6s;
-
-template <class Duration>
-long long ms_of(Duration d) {
-  return static_cast<long long>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
-}
 
 // Must run before the test bed creates anything: skip() runs no destructors.
 struct root_required {

@@ -33,9 +33,12 @@
 #include "providers/libvirt/volumes.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/ssh_host.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::ms_of;
+using test::now_ns;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using test::eventually;
@@ -50,16 +53,6 @@ const std::string pool_name = "images";
 // "Release callers of a silent peer within about 4 s" (docs/spec.md 17); a
 // loaded machine gets 2 s of slack.
 constexpr auto liveness_bound = 6s;
-
-template <class Duration>
-long long ms_of(Duration d) {
-  return static_cast<long long>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
-}
-
-int64_t now_ns() {
-  return clock_type::now().time_since_epoch().count();
-}
 
 // Must run before the test bed creates anything: skip() runs no destructors.
 struct root_required {

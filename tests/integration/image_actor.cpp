@@ -23,9 +23,11 @@
 #include "providers/mirror/sha256.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/http_server.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::ms_of;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using test::eventually;
@@ -34,12 +36,6 @@ namespace {
 
 constexpr uint64_t mib = uint64_t{1} << 20;
 const std::string pool_name = "images";
-
-template <class Duration>
-long long ms_of(Duration d) {
-  return static_cast<long long>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
-}
 
 struct root_required {
   root_required() { testbed::require_root_or_skip(); }

@@ -21,9 +21,12 @@
 #include "providers/mirror/sha256.hpp"
 #include "providers/transport.hpp"
 #include "support/http_server.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::pattern;
+using test::now_ns;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -31,25 +34,6 @@ namespace {
 
 constexpr uint64_t mib = uint64_t{1} << 20;
 const std::string pool_name = "images";
-
-std::string pattern(size_t n, uint64_t seed) {
-  std::string out(n, '\0');
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i += 8) {
-    x += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    for (size_t k = 0; k < 8 && i + k < n; ++k)
-      out[i + k] = static_cast<char>(z >> (8 * k));
-  }
-  return out;
-}
-
-int64_t now_ns() {
-  return clock_type::now().time_since_epoch().count();
-}
 
 // A transport that records when it was connected and killed: the order of
 // the transfer connection's close and the cleanup connection's open is what

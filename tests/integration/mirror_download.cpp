@@ -24,9 +24,14 @@
 #include "providers/mirror/download.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "support/http_server.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::pattern;
+using test::resources;
+using test::now_resources;
+using test::operator<<;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using mirror::download;
@@ -49,23 +54,6 @@ namespace {
 constexpr size_t kib = 1024;
 constexpr size_t mib = 1024 * kib;
 
-// Pseudo-random bytes (splitmix64): a byte dropped, doubled or misplaced
-// never matches.
-std::string pattern(size_t n, uint64_t seed) {
-  std::string out(n, '\0');
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i += 8) {
-    x += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    for (size_t k = 0; k < 8 && i + k < n; ++k)
-      out[i + k] = static_cast<char>(z >> (8 * k));
-  }
-  return out;
-}
-
 sha256 seeded_with(const std::string& prefix) {
   sha256 h;
   h.update(prefix);
@@ -74,29 +62,6 @@ sha256 seeded_with(const std::string& prefix) {
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-// ---- process resources ---------------------------------------------------------
-
-size_t count_entries(const char* dir) {
-  size_t n = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir))
-    ++n;
-  return n;
-}
-
-struct resources {
-  size_t threads = 0;
-  size_t fds = 0;
-  bool operator==(const resources&) const = default;
-};
-
-resources now_resources() {
-  return {count_entries("/proc/self/task"), count_entries("/proc/self/fd")};
-}
-
-std::ostream& operator<<(std::ostream& os, const resources& r) {
-  return os << r.threads << " threads, " << r.fds << " fds";
 }
 
 // ---- one download, read to its end ---------------------------------------------

@@ -29,9 +29,14 @@
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/volumes.hpp"
 #include "support/engine_fixture.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::pattern;
+using test::resources;
+using test::now_resources;
+using test::operator<<;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using test::eventually;
@@ -48,23 +53,6 @@ double ms_since(clock_type::time_point t0, clock_type::time_point t1 = clock_typ
 }
 
 // ---- data -------------------------------------------------------------------
-
-// Pseudo-random bytes (splitmix64): unlike a short repeating pattern, a chunk
-// sent twice, dropped or written at the wrong offset never matches.
-std::string pattern(size_t n, uint64_t seed) {
-  std::string out(n, '\0');
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i += 8) {
-    x += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    for (size_t k = 0; k < 8 && i + k < n; ++k)
-      out[i + k] = static_cast<char>(z >> (8 * k));
-  }
-  return out;
-}
 
 std::string sha256(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
@@ -111,29 +99,6 @@ caf::error source_error() {
   return make_error(ec::access_denied, "image source: read /images/base.img at byte "
                                          + std::to_string(3 * mib)
                                          + ": permission denied");
-}
-
-// ---- process resources ---------------------------------------------------------
-
-size_t count_entries(const char* dir) {
-  size_t n = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir))
-    ++n;
-  return n;
-}
-
-struct resources {
-  size_t threads = 0;
-  size_t fds = 0;
-  bool operator==(const resources&) const = default;
-};
-
-resources now_resources() {
-  return {count_entries("/proc/self/task"), count_entries("/proc/self/fd")};
-}
-
-std::ostream& operator<<(std::ostream& os, const resources& r) {
-  return os << r.threads << " threads, " << r.fds << " fds";
 }
 
 // ---- the daemons and the two paths to them -------------------------------------
