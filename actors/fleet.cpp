@@ -76,9 +76,12 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     o.call_timeout = caller_timeout(h);
     o.link = st.links.at(p.host);
     o.image = image_for(p);
+    o.pool = h.pool;
     for (auto& img : st.cfg.images)
-      if (img.name == p.image) // a waiter outlasts the image's own budget
+      if (img.name == p.image) { // a waiter outlasts the image's own budget
         o.image_timeout = img.transfer_budget + std::chrono::minutes(1);
+        o.image_format = img.format == "qcow2" ? "qcow2" : "raw";
+      }
     o.sink = sink;
     auto proxy = self->spawn(make_proxy, std::move(o));
     self->monitor(proxy);

@@ -10,6 +10,7 @@
 #include "actors/link_call.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/domains.hpp"
+#include "providers/provision/proxy_vm.hpp"
 #include "runtime/log.hpp"
 
 namespace egress {
@@ -21,6 +22,10 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type) {
                      + std::to_string(spec.memory_mib) + "\n" + spec.network + "\n";
   for (auto& t : spec.tags)
     text += "tag:" + t + "\n";
+  // Appended only with an image, so that image-less specs keep their hashes.
+  if (!spec.image.empty())
+    text += "image:" + spec.image + "\nport:" + std::to_string(spec.port)
+            + "\nallow-from:" + spec.allow_from + "\n";
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
@@ -200,9 +205,31 @@ void create(proxy_pointer self) {
   ds.mark.tags = st.opts.spec.tags;
   st.busy = true;
   auto before = st.status;
+  std::function<caf::expected<domain_reading>(lv::connection&)> job
+    = [ds](lv::connection& c) { return lv::define_and_start(c, ds); };
+  if (st.have_image) {
+    // Overlay on the cached image, cloud-init seed, then the domain.
+    auto seed = cloudinit::render_seed({ds.mark.uid, st.opts.spec.name,
+                                        static_cast<uint16_t>(st.opts.spec.port),
+                                        st.opts.spec.allow_from});
+    if (!seed) {
+      st.busy = false;
+      st.create_failed = true;
+      record_error(self, seed.error(), true);
+      publish(self, before);
+      return;
+    }
+    provision::vm_request req;
+    req.pool = st.opts.pool;
+    req.base_path = st.image.path;
+    req.base_format = st.opts.image_format;
+    req.volumes = provision::proxy_volumes::of(st.opts.entry, st.opts.spec.name);
+    req.seed = std::move(*seed);
+    req.domain = ds;
+    job = [req](lv::connection& c) { return provision::create_vm(c, req); };
+  }
   link_call<domain_reading>(
-    self, st.opts.link, st.opts.call_timeout, "create " + ds.name,
-    [ds](lv::connection& c) { return lv::define_and_start(c, ds); },
+    self, st.opts.link, st.opts.call_timeout, "create " + ds.name, std::move(job),
     [self](domain_reading& r) {
       auto before = self->state.status;
       self->state.busy = false;
@@ -285,9 +312,14 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       st.status.phase = proxy_phase::deleting;
       publish(self, before);
       auto name = st.opts.spec.name;
+      // With an image, its overlay and seed go too.
+      auto pool = st.opts.image ? st.opts.pool : std::string{};
+      auto vols = provision::proxy_volumes::of(st.opts.entry, name);
       link_call<void>(
         self, st.opts.link, st.opts.call_timeout, "delete " + name,
-        [name](lv::connection& c) { return lv::delete_domain(c, name); },
+        [name, pool, vols](lv::connection& c) {
+          return provision::delete_vm(c, name, pool, vols);
+        },
         [self] {
           auto before = self->state.status;
           self->state.status.phase = proxy_phase::deleted;

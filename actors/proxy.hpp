@@ -25,6 +25,8 @@ struct proxy_options {
   caf::timespan call_timeout = std::chrono::seconds(61); // wait for the link
   host_link_actor link;
   image_actor image;      // its base image's cache entry (null: no image)
+  std::string pool;       // the host's pool: overlay and seed volumes
+  std::string image_format = "qcow2"; // the base image's format (qcow2 or raw)
   caf::timespan image_timeout = std::chrono::minutes(31); // how long it waits
   status_sink_actor sink; // receives proxy_status on every change (optional)
 };

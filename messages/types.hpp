@@ -38,12 +38,14 @@ struct proxy_spec {
   std::string network;
   std::vector<std::string> tags;
   std::string image; // the declared image its disk is based on ("" = none)
+  uint32_t port = 8888;                      // the proxy's port in the VM (seed)
+  std::string allow_from = "192.168.122.0/24"; // clients it serves (seed)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, proxy_spec& x) {
   return f(caf::meta::type_name("proxy_spec"), x.name, x.host, x.vcpus,
-           x.memory_mib, x.network, x.tags, x.image);
+           x.memory_mib, x.network, x.tags, x.image, x.port, x.allow_from);
 }
 
 /// Everything the libvirt provider needs to define one domain.
@@ -54,13 +56,17 @@ struct domain_spec {
   uint32_t memory_mib = 128;
   std::string network;     // libvirt network for the NIC; empty = no NIC
   std::string console_log; // path of the serial console log; empty = none
+  std::string disk;        // path of the system disk (the overlay); empty = none
+  std::string disk_format; // its format: qcow2 or raw
+  std::string seed;        // path of the cloud-init seed ISO; empty = none
   domain_mark mark;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_spec& x) {
   return f(caf::meta::type_name("domain_spec"), x.name, x.domain_type, x.vcpus,
-           x.memory_mib, x.network, x.console_log, x.mark);
+           x.memory_mib, x.network, x.console_log, x.disk, x.disk_format, x.seed,
+           x.mark);
 }
 
 /// libvirt's virDomainState, in our own words.

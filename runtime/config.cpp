@@ -15,6 +15,7 @@
 #include <caf/settings.hpp>
 
 #include "messages/error.hpp"
+#include "providers/cloudinit/seed.hpp"
 #include "providers/libvirt/names.hpp"
 #include "runtime/config_caf_options.hpp"
 
@@ -399,6 +400,12 @@ void check_engine(problems& out, const engine_config& cfg) {
                                    + ")");
       continue;
     }
+    // What goes into the VM's seed: checked the way the seed checks it.
+    if (auto seed = cloudinit::render_seed({"check", p.name, static_cast<uint16_t>(p.port),
+                                            p.allow_from});
+        !seed && detail(seed.error()).starts_with("proxy_seed.allow_cidr: "))
+      out.add(at(path, "allow-from"),
+              detail(seed.error()).substr(std::string{"proxy_seed.allow_cidr: "}.size()));
     for (auto& h : cfg.hosts)
       if (h.name == p.host && h.pool.empty())
         out.add(at(path, "image"), "host " + lv::quote(h.name)
@@ -621,7 +628,8 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
 proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
   proxy_spec p;
   dict_reader r{out, d, path,
-                {"name", "host", "vcpus", "memory-mib", "network", "tags", "image"}};
+                {"name", "host", "vcpus", "memory-mib", "network", "tags", "image", "port",
+                 "allow-from"}};
   r.read("name", p.name, true);
   r.read("host", p.host, true);
   r.read("vcpus", p.vcpus, vcpus_range);
@@ -629,6 +637,8 @@ proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
   r.read("network", p.network);
   r.read("tags", p.tags);
   r.read("image", p.image);
+  r.read("port", p.port, port_range);
+  r.read("allow-from", p.allow_from);
   r.finish();
   return p;
 }

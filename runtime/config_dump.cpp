@@ -95,7 +95,8 @@ std::string dump_config(const engine_config& cfg) {
     if (!p.network.empty())
       out += ", network = " + quoted(p.network);
     if (!p.image.empty())
-      out += ", image = " + quoted(p.image);
+      out += ", image = " + quoted(p.image) + ", port = " + std::to_string(p.port)
+             + ", allow-from = " + quoted(p.allow_from);
     out += ", tags = " + list(p.tags) + " },\n";
   }
   out += "]\n";

@@ -65,13 +65,22 @@ caf::error check_spec(const domain_spec& s) {
   if (!s.network.empty())
     if (auto err = check_name("domain.network", s.network))
       return err;
-  if (!s.console_log.empty()) {
-    auto& p = s.console_log;
+  auto check_path = [](const char* what, const std::string& p) -> caf::error {
+    if (p.empty())
+      return {};
     if (p.front() != '/' || p.size() > 4096 || !all_of(p, path_char)
         || (p + "/").find("/../") != std::string::npos)
-      return bad("domain.console_log", p,
-                 "must be an absolute path of printable ASCII without '..'");
-  }
+      return bad(what, p, "must be an absolute path of printable ASCII without '..'");
+    return {};
+  };
+  if (auto err = check_path("domain.console_log", s.console_log))
+    return err;
+  if (auto err = check_path("domain.disk", s.disk))
+    return err;
+  if (auto err = check_path("domain.seed", s.seed))
+    return err;
+  if (!s.disk.empty() && s.disk_format != "qcow2" && s.disk_format != "raw")
+    return bad("domain.disk_format", s.disk_format, "must be qcow2 or raw");
   return check_mark("domain.mark", s.mark);
 }
 
@@ -168,6 +177,33 @@ caf::expected<std::string> build_domain_xml(const domain_spec& spec) {
   type.text().set("hvm");
   append_mark(dom.append_child("metadata"), spec.mark);
   auto devices = dom.append_child("devices");
+  if (!spec.disk.empty()) {
+    auto disk = devices.append_child("disk");
+    disk.append_attribute("type") = "file";
+    disk.append_attribute("device") = "disk";
+    auto driver = disk.append_child("driver");
+    driver.append_attribute("name") = "qemu";
+    driver.append_attribute("type") = spec.disk_format.c_str();
+    disk.append_child("source").append_attribute("file") = spec.disk.c_str();
+    auto target = disk.append_child("target");
+    target.append_attribute("dev") = "vda";
+    target.append_attribute("bus") = "virtio";
+  }
+  if (!spec.seed.empty()) {
+    // NoCloud finds its seed by the ISO's label (cidata) on any block device:
+    // a read-only CD-ROM is the conventional place.
+    auto cd = devices.append_child("disk");
+    cd.append_attribute("type") = "file";
+    cd.append_attribute("device") = "cdrom";
+    auto driver = cd.append_child("driver");
+    driver.append_attribute("name") = "qemu";
+    driver.append_attribute("type") = "raw";
+    cd.append_child("source").append_attribute("file") = spec.seed.c_str();
+    auto target = cd.append_child("target");
+    target.append_attribute("dev") = "sda";
+    target.append_attribute("bus") = "sata";
+    cd.append_child("readonly");
+  }
   if (!spec.network.empty()) {
     auto nic = devices.append_child("interface");
     nic.append_attribute("type") = "network";

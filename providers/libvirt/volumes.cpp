@@ -335,4 +335,47 @@ caf::error download_volume(connection& c, const std::string& pool, const std::st
   return {};
 }
 
+caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
+                                         const std::string& name, const std::string& backing,
+                                         const std::string& backing_format) {
+  if (auto err = check_name("pool", pool))
+    return err;
+  if (auto err = check_volume_name("volume", name))
+    return err;
+  auto what = "create overlay " + pool + "/" + name;
+  if (backing_format != "raw" && backing_format != "qcow2")
+    return make_error(ec::invalid_argument, what + ": backing format "
+                                              + quote(backing_format)
+                                              + " is not raw or qcow2");
+  if (backing.empty() || backing.front() != '/'
+      || backing.find("/../") != std::string::npos)
+    return make_error(ec::invalid_argument, what + ": backing " + quote(backing)
+                                              + " is not an absolute path");
+  volume_ptr base{virStorageVolLookupByPath(c.get(), backing.c_str())};
+  if (!base)
+    return last_error(what + ": backing " + backing);
+  virStorageVolInfo info{};
+  if (virStorageVolGetInfo(base.get(), &info) < 0)
+    return last_error(what + ": backing " + backing);
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  pugi::xml_document doc;
+  auto vol = doc.append_child("volume");
+  vol.append_child("name").text() = name.c_str();
+  auto cap = vol.append_child("capacity");
+  cap.append_attribute("unit") = "bytes";
+  cap.text() = static_cast<unsigned long long>(info.capacity);
+  vol.append_child("target").append_child("format").append_attribute("type") = "qcow2";
+  auto bs = vol.append_child("backingStore");
+  bs.append_child("path").text() = backing.c_str();
+  bs.append_child("format").append_attribute("type") = backing_format.c_str();
+  std::ostringstream xml;
+  doc.save(xml, "  ", pugi::format_default | pugi::format_no_declaration);
+  volume_ptr out{virStorageVolCreateXML(p->get(), xml.str().c_str(), 0)};
+  if (!out)
+    return last_error(what);
+  return out;
+}
+
 } // namespace egress::lv

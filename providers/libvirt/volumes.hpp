@@ -101,6 +101,15 @@ struct volume_facts {
 caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std::string& pool,
                                                        const std::string& name);
 
+/// Creates `name` in `pool` as a qcow2 overlay on `backing` (a path on the
+/// host, e.g. a cached image's data volume) of format `backing_format` (qcow2
+/// or raw), as large as the backing volume (its capacity as libvirt reports
+/// it: for a qcow2 base, the virtual size). Writes go to the overlay; the
+/// base is never written. A backing path no volume has is ec::no_volume.
+caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
+                                         const std::string& name, const std::string& backing,
+                                         const std::string& backing_format);
+
 /// Where downloaded bytes go: an error stops the download (the stream is
 /// aborted) and is returned unchanged.
 using download_sink = std::function<caf::error(const char* data, size_t size)>;

@@ -6,13 +6,17 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
+
+#include <caf/scoped_actor.hpp>
 
 #include "messages/error.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "providers/mirror/sha256.hpp"
+#include "providers/provision/proxy_vm.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/http_server.hpp"
 #include "support/testbed.hpp"
@@ -120,6 +124,41 @@ BOOST_AUTO_TEST_CASE(proxies_wait_for_their_image_then_create_their_domains) {
   BOOST_CHECK_EQUAL(i.transfers, 1u);
   BOOST_CHECK_EQUAL(http.requests(), 1u); // one download for two proxies
   BOOST_CHECK(testbed::read_file(pool_dir + "/" + i.volume) == image);
+
+  // Each proxy: a qcow2 overlay on the cached image and a cidata seed, both
+  // attached to its domain; the base image itself is never written.
+  for (auto name : {"px-1", "px-2"}) {
+    auto vols = provision::proxy_volumes::of("imgeng", name);
+    auto info = testbed::run({"qemu-img", "info", "--output=json", "-U",
+                              pool_dir + "/" + vols.disk});
+    BOOST_TEST_MESSAGE(name << " overlay: " << info.output);
+    BOOST_CHECK(info.ok());
+    BOOST_CHECK(info.output.find("\"format\": \"qcow2\"") != std::string::npos);
+    BOOST_CHECK(info.output.find(pool_dir + "/" + i.volume) != std::string::npos);
+    auto seed = testbed::read_file(pool_dir + "/" + vols.seed);
+    BOOST_REQUIRE(seed.size() > 32768 + 48);
+    BOOST_CHECK_EQUAL(seed.substr(32768 + 40, 6), "cidata"); // the PVD's volume id
+    BOOST_CHECK(seed.find("EGRESS_PORT=8888") != std::string::npos);
+    auto xml = lv.virsh({"dumpxml", name});
+    BOOST_CHECK(xml.output.find(pool_dir + "/" + vols.disk) != std::string::npos);
+    BOOST_CHECK(xml.output.find(pool_dir + "/" + vols.seed) != std::string::npos);
+    BOOST_CHECK(xml.output.find("device='cdrom'") != std::string::npos);
+  }
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + i.volume) == image);
+
+  // Erasing a proxy removes its domain and both of its volumes, and nothing
+  // of the other proxy or of the cache.
+  {
+    caf::scoped_actor self{*sys};
+    self->request(eng->fleet(), 30s, atom::erase_v, std::string{"px-1"})
+      .receive([](proxy_status&) {}, [](caf::error& e) { BOOST_ERROR(render(e)); });
+  }
+  auto v1 = provision::proxy_volumes::of("imgeng", "px-1");
+  auto v2 = provision::proxy_volumes::of("imgeng", "px-2");
+  BOOST_CHECK(!std::filesystem::exists(pool_dir + "/" + v1.disk));
+  BOOST_CHECK(!std::filesystem::exists(pool_dir + "/" + v1.seed));
+  BOOST_CHECK(std::filesystem::exists(pool_dir + "/" + v2.disk));
+  BOOST_CHECK(std::filesystem::exists(pool_dir + "/" + i.volume));
   BOOST_CHECK(!eng->stop());
 }
 

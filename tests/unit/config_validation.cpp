@@ -25,7 +25,8 @@ namespace {
 
 constexpr const char* engine_keys =
   "entry, poll-interval, shutdown-timeout, redial-min, redial-max, hosts, images, proxies";
-constexpr const char* proxy_keys = "name, host, vcpus, memory-mib, network, tags, image";
+constexpr const char* proxy_keys =
+  "name, host, vcpus, memory-mib, network, tags, image, port, allow-from";
 
 // A minimal valid engine section; tests append keys or whole sections.
 constexpr const char* minimal = "[engine]\n"
@@ -663,6 +664,21 @@ BOOST_AUTO_TEST_CASE(bad_images_are_reported_by_key) {
       + "\n"
       + line("engine.proxies[1].image",
              "host \"hv1\" has no pool to keep image \"b\" in (set its pool)"));
+}
+
+BOOST_AUTO_TEST_CASE(proxy_seed_settings_are_checked) {
+  auto text = problems(std::string{"[engine]\nentry = \"e1\"\n"
+                                   "hosts = [{name = \"hv1\", uri = \"test:///default\","
+                                   " pool = \"p\"}]\n"
+                                   "images = [{name = \"b\", url = \"http://m/b\", sha256 = \""}
+                       + digest + "\"}]\n"
+                       + "proxies = [{name = \"px-1\", host = \"hv1\", image = \"b\","
+                       + " port = 0, allow-from = \"10.0.0.0\"}]\n");
+  BOOST_CHECK_EQUAL(text,
+                    line("engine.proxies[0].port", "must be between 1 and 65535, got 0") + "\n"
+                      + line("engine.proxies[0].allow-from",
+                             "\"10.0.0.0\" is not an address with a prefix length "
+                             "(e.g. 10.0.0.0/8 or fd00::/64)"));
 }
 
 BOOST_AUTO_TEST_CASE(address_sources) {

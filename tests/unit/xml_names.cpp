@@ -24,6 +24,9 @@ domain_spec valid_spec() {
   s.memory_mib = 256;
   s.network = "default";
   s.console_log = "/var/log/egress/px-1.log";
+  s.disk = "/var/lib/libvirt/images/egress.lab.proxy.px-1.disk";
+  s.disk_format = "qcow2";
+  s.seed = "/var/lib/libvirt/images/egress.lab.proxy.px-1.seed";
   s.mark.uid = "0123456789abcdef0123456789abcdef";
   s.mark.created_at = "2024-05-01T12:00:00Z";
   s.mark.entry = "lab";
@@ -136,6 +139,10 @@ BOOST_AUTO_TEST_CASE(spec_14_build_domain_xml_rejects_each_unsafe_field) {
     {"domain.console_log", [](domain_spec& s) { s.console_log = "relative.log"; }},
     {"domain.console_log", [](domain_spec& s) { s.console_log = "/var/../etc/passwd"; }},
     {"domain.console_log", [](domain_spec& s) { s.console_log = "/tmp/a\nb"; }},
+    {"domain.disk", [](domain_spec& s) { s.disk = "images/x.qcow2"; }},
+    {"domain.disk", [](domain_spec& s) { s.disk = "/pool/../etc/shadow"; }},
+    {"domain.disk_format", [](domain_spec& s) { s.disk_format = "vmdk"; }},
+    {"domain.seed", [](domain_spec& s) { s.seed = "/pool/seed\x01"; }},
     {"domain.mark.uid", [](domain_spec& s) { s.mark.uid = "uid\"/>"; }},
     {"domain.mark.uid", [](domain_spec& s) { s.mark.uid = ""; }},
     {"domain.mark.entry", [](domain_spec& s) { s.mark.entry = "-lab"; }},
@@ -180,6 +187,15 @@ BOOST_AUTO_TEST_CASE(build_domain_xml_has_the_expected_shape) {
              == std::string{"/var/log/egress/px-1.log"});
   BOOST_TEST(dom.child("devices").child("console").child("target").attribute("type").value()
              == std::string{"serial"});
+  auto disk = dom.child("devices").find_child_by_attribute("disk", "device", "disk");
+  BOOST_TEST(disk.child("driver").attribute("type").value() == std::string{"qcow2"});
+  BOOST_TEST(disk.child("source").attribute("file").value()
+             == std::string{"/var/lib/libvirt/images/egress.lab.proxy.px-1.disk"});
+  BOOST_TEST(disk.child("target").attribute("bus").value() == std::string{"virtio"});
+  auto cd = dom.child("devices").find_child_by_attribute("disk", "device", "cdrom");
+  BOOST_TEST(cd.child("source").attribute("file").value()
+             == std::string{"/var/lib/libvirt/images/egress.lab.proxy.px-1.seed"});
+  BOOST_TEST(static_cast<bool>(cd.child("readonly")));
   auto mark = dom.child("metadata").child("egress:mark");
   BOOST_TEST(mark.attribute("xmlns:egress").value() == std::string{lv::mark_namespace});
 }
@@ -188,6 +204,8 @@ BOOST_AUTO_TEST_CASE(build_domain_xml_omits_optional_devices) {
   auto spec = valid_spec();
   spec.network.clear();
   spec.console_log.clear();
+  spec.disk.clear();
+  spec.seed.clear();
   auto xml = lv::build_domain_xml(spec);
   BOOST_REQUIRE(xml);
   pugi::xml_document doc;
@@ -196,6 +214,7 @@ BOOST_AUTO_TEST_CASE(build_domain_xml_omits_optional_devices) {
   BOOST_TEST(!devices.child("interface"));
   BOOST_TEST(!devices.child("serial"));
   BOOST_TEST(!devices.child("console"));
+  BOOST_TEST(!devices.child("disk"));
 }
 
 BOOST_AUTO_TEST_CASE(spec_14_tags_with_markup_are_escaped) {

@@ -1,0 +1,50 @@
+#pragma once
+// Creates and removes everything one proxy VM consists of on its host, as
+// one blocking job: its overlay disk on the cached base image, its cloud-init
+// seed, its domain. Runs in a detached call actor (through the host's link).
+//
+// A create that fails half-way removes what this attempt created, so a retry
+// starts from nothing; volumes left by an earlier attempt (an engine killed
+// half-way) are replaced, never trusted: their names are the proxy's own.
+
+#include <string>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/types.hpp"
+#include "providers/cloudinit/seed.hpp"
+#include "providers/libvirt/connection.hpp"
+
+namespace egress::provision {
+
+/// The volumes of one proxy: `egress.<entry>.proxy.<name>.disk|.seed`.
+/// Dot-joined names, so they never meet an image cache entry's volumes.
+struct proxy_volumes {
+  std::string disk;
+  std::string seed;
+  static proxy_volumes of(const std::string& entry, const std::string& proxy) {
+    auto stem = "egress." + entry + ".proxy." + proxy;
+    return {stem + ".disk", stem + ".seed"};
+  }
+};
+
+struct vm_request {
+  std::string pool;
+  std::string base_path;    // the cached image's data volume
+  std::string base_format;  // qcow2 or raw
+  proxy_volumes volumes;
+  cloudinit::seed_files seed;
+  domain_spec domain;       // disk and seed paths are filled in here
+};
+
+/// Overlay, seed (built and uploaded), define + start. On failure, what this
+/// attempt created is removed (the domain by define_and_start itself).
+caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req);
+
+/// Destroys and undefines the domain, then deletes its volumes. Missing
+/// parts are success.
+caf::error delete_vm(lv::connection& c, const std::string& name, const std::string& pool,
+                     const proxy_volumes& volumes);
+
+} // namespace egress::provision
