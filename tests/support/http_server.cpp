@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -125,7 +126,7 @@ std::optional<std::pair<uint64_t, std::optional<uint64_t>>> parse_range(const st
 } // namespace
 
 http_server::http_server(std::string body, std::string path)
-  : path_(std::move(path)), body_(std::move(body)) {}
+  : path_(std::move(path)), body_(std::make_shared<const std::string>(std::move(body))) {}
 
 http_server::~http_server() {
   stop();
@@ -182,7 +183,7 @@ void http_server::set(http_behaviour b) {
 
 void http_server::set_body(std::string body) {
   std::lock_guard lock{mu_};
-  body_ = std::move(body);
+  body_ = std::make_shared<const std::string>(std::move(body));
 }
 
 size_t http_server::requests() const {
@@ -275,7 +276,7 @@ void http_server::serve(int fd) {
 
   // -- what to answer: one snapshot of the behaviour --------------------------
   http_behaviour b;
-  std::string body;
+  std::shared_ptr<const std::string> held;
   bool send_error = false;
   {
     std::lock_guard lock{mu_};
@@ -286,7 +287,7 @@ void http_server::serve(int fd) {
       ++errors_sent_;
     }
     if (!send_error && !b.redirects.count(req.path) && req.path == path_)
-      body = body_;  // a copy: set_body() may run while we send
+      held = body_;  // set_body() may run while we send: keep this one alive
   }
   auto simple = [&](int status, const std::string& extra, const std::string& text) {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n" + extra
@@ -302,6 +303,8 @@ void http_server::serve(int fd) {
     return simple(404, "", "no such image\n");
 
   // -- the image, whole or a range -------------------------------------------------
+  static const std::string none;
+  const std::string& body = held ? *held : none;
   uint64_t size = body.size();
   uint64_t first = 0, last = size == 0 ? 0 : size - 1;
   int status = 200;
@@ -318,9 +321,8 @@ void http_server::serve(int fd) {
               + std::to_string(size) + "\r\n";
     }
   }
-  std::string piece = size == 0 ? std::string{} : body.substr(first, last - first + 1);
-  if (b.corrupt_at && *b.corrupt_at >= first && *b.corrupt_at - first < piece.size())
-    piece[*b.corrupt_at - first] = static_cast<char>(~piece[*b.corrupt_at - first]);
+  std::string_view piece = size == 0 ? std::string_view{}
+                                      : std::string_view{body}.substr(first, last - first + 1);
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n" + extra
                     + "Content-Type: application/octet-stream\r\nAccept-Ranges: "
                     + (b.ranges ? "bytes" : "none") + "\r\n";
@@ -338,9 +340,17 @@ void http_server::serve(int fd) {
   if (b.truncate_after)
     limit = std::min(limit, *b.truncate_after);
   size_t step = b.drip_bytes > 0 ? b.drip_bytes : size_t{64} << 10;
+  std::string scratch; // the one chunk that carries the corrupt byte
   for (size_t at = 0; at < limit;) {
     auto n = std::min(step, limit - at);
-    if (!send_all(fd, wake_fd_, piece.data() + at, n))
+    const char* data = piece.data() + at;
+    if (b.corrupt_at && *b.corrupt_at >= first + at && *b.corrupt_at < first + at + n) {
+      scratch.assign(data, n);
+      auto k = *b.corrupt_at - first - at;
+      scratch[k] = static_cast<char>(~scratch[k]);
+      data = scratch.data();
+    }
+    if (!send_all(fd, wake_fd_, data, n))
       return;
     at += n;
     if (b.drip_bytes > 0 && at < limit

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -104,7 +105,9 @@ private:
   std::string path_;
   mutable std::mutex mu_;
   mutable std::condition_variable idle_cv_;
-  std::string body_;
+  // Shared, never copied: a request holds the body it started with while
+  // set_body() swaps in another (a 512 MiB copy per request cost seconds).
+  std::shared_ptr<const std::string> body_;
   http_behaviour behaviour_;
   int errors_sent_ = 0;
   std::vector<http_request> log_;
