@@ -73,6 +73,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     o.domain_type = h.domain_type;
     o.address_sources = h.address_sources;
     o.poll_interval = st.cfg.poll_interval;
+    o.address_grace = st.cfg.address_grace;
     o.call_timeout = caller_timeout(h);
     o.link = st.links.at(p.host);
     o.image = image_for(p);

@@ -64,7 +64,7 @@ void publish(proxy_pointer self, const proxy_status& before) {
   auto& s = self->state.status;
   bool changed = s.phase != before.phase || s.address != before.address
                  || s.last_error != before.last_error || s.uid != before.uid
-                 || s.adopted != before.adopted;
+                 || s.adopted != before.adopted || s.grace_left != before.grace_left;
   if (changed && self->state.opts.sink)
     self->send(self->state.opts.sink, s);
 }
@@ -123,11 +123,44 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   s.created_at = r.mark.created_at;
   s.last_error.clear();
   s.last_error_kind.clear();
+  // A running proxy that reads back without an address (a lease that
+  // expired with the VM still serving, an address source that blinked, a
+  // pause) keeps its last address and its running phase for a grace of N
+  // polls before it is demoted (docs/spec.md 11, the seed's follow-up): a
+  // rotation must not flap on one bad read.
+  auto keep_in_grace = [&] {
+    if (s.phase != proxy_phase::running || s.address.empty())
+      return false;
+    if (s.grace_left == 0 && !st.in_grace) {
+      if (st.opts.address_grace == 0)
+        return false;
+      st.in_grace = true;
+      s.grace_left = st.opts.address_grace;
+      log::warn("proxy", st.opts.spec.name + ": reads back without an address; keeping "
+                           + s.address + " for " + std::to_string(s.grace_left) + " poll(s)");
+      return true;
+    }
+    if (s.grace_left > 1) {
+      --s.grace_left;
+      return true;
+    }
+    log::warn("proxy", st.opts.spec.name + ": still no address after the grace; demoted");
+    s.grace_left = 0;
+    st.in_grace = false;
+    return false;
+  };
   switch (r.state) {
     case domain_state::running:
     case domain_state::blocked:
-      s.address = r.addresses.empty() ? std::string{} : r.addresses.front();
-      s.phase = r.addresses.empty() ? proxy_phase::provisioning : proxy_phase::running;
+      if (!r.addresses.empty()) {
+        s.address = r.addresses.front();
+        s.phase = proxy_phase::running;
+        s.grace_left = 0;
+        st.in_grace = false;
+      } else if (!keep_in_grace()) {
+        s.address.clear();
+        s.phase = proxy_phase::provisioning;
+      }
       break;
     case domain_state::shutoff:
     case domain_state::crashed:
@@ -148,7 +181,10 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
       break;
     }
     default:
-      s.phase = proxy_phase::provisioning;
+      if (!keep_in_grace()) {
+        s.address.clear();
+        s.phase = proxy_phase::provisioning;
+      }
   }
 }
 

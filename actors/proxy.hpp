@@ -22,6 +22,7 @@ struct proxy_options {
   std::string domain_type;
   std::vector<std::string> address_sources;
   caf::timespan poll_interval = std::chrono::seconds(2);
+  uint32_t address_grace = 3; // polls (docs/spec.md 11)
   caf::timespan call_timeout = std::chrono::seconds(61); // wait for the link
   host_link_actor link;
   image_actor image;      // its base image's cache entry (null: no image)
@@ -40,6 +41,7 @@ struct proxy_state {
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly
   bool erasing = false;
+  bool in_grace = false;      // running on its last address (docs/spec.md 11)
   bool have_image = false;    // the base image is verified in the pool
   bool waiting_image = false; // an ensure is outstanding
   image_ready image;

@@ -146,13 +146,14 @@ struct proxy_status {
   std::string last_error; // rendered error, empty when the last poll was fine
   std::string last_error_kind;
   uint64_t polls = 0;
+  uint32_t grace_left = 0; // > 0: running on its last address while reads show none
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, proxy_status& x) {
   return f(caf::meta::type_name("proxy_status"), x.name, x.host, x.phase,
            x.address, x.uid, x.created_at, x.adopted, x.last_error,
-           x.last_error_kind, x.polls);
+           x.last_error_kind, x.polls, x.grace_left);
 }
 
 

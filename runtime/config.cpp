@@ -663,10 +663,11 @@ image_config read_image(problems& out, const std::string& path, const dict& d) {
 void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
-                {"entry", "poll-interval", "shutdown-timeout", "redial-min",
+                {"entry", "poll-interval", "address-grace", "shutdown-timeout", "redial-min",
                  "redial-max", "hosts", "images", "proxies"}};
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
+  r.read("address-grace", cfg.address_grace, range{0, 1000});
   r.read("shutdown-timeout", cfg.shutdown_timeout);
   r.read("redial-min", cfg.redial_min);
   r.read("redial-max", cfg.redial_max);

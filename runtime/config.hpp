@@ -65,6 +65,7 @@ struct engine_config {
   std::string config_file;  // the file it came from ("" when built in code)
   std::string entry;        // provider entry: written into every mark
   caf::timespan poll_interval = std::chrono::seconds(2);
+  uint32_t address_grace = 3; // polls a running proxy keeps its last address
   caf::timespan shutdown_timeout = std::chrono::seconds(10);
   caf::timespan redial_min = std::chrono::milliseconds(500);
   caf::timespan redial_max = std::chrono::seconds(30);

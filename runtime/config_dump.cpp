@@ -47,6 +47,7 @@ std::string dump_config(const engine_config& cfg) {
   out += "\n[engine]\n";
   out += "entry = " + quoted(cfg.entry) + "\n";
   out += "poll-interval = " + duration(cfg.poll_interval) + "\n";
+  out += "address-grace = " + std::to_string(cfg.address_grace) + "\n";
   out += "shutdown-timeout = " + duration(cfg.shutdown_timeout) + "\n";
   out += "redial-min = " + duration(cfg.redial_min) + "\n";
   out += "redial-max = " + duration(cfg.redial_max) + "\n";

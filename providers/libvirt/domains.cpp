@@ -237,6 +237,28 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
   return r;
 }
 
+caf::error suspend_domain(connection& c, const std::string& name) {
+  auto dom = lookup(c, name, "suspend " + name);
+  if (!dom)
+    return dom.error();
+  if (!*dom)
+    return make_error(ec::no_domain, "suspend " + name + ": no such domain");
+  if (virDomainSuspend(dom->get()) < 0)
+    return last_error("suspend " + name);
+  return {};
+}
+
+caf::error resume_domain(connection& c, const std::string& name) {
+  auto dom = lookup(c, name, "resume " + name);
+  if (!dom)
+    return dom.error();
+  if (!*dom)
+    return make_error(ec::no_domain, "resume " + name + ": no such domain");
+  if (virDomainResume(dom->get()) < 0)
+    return last_error("resume " + name);
+  return {};
+}
+
 caf::error start_domain(connection& c, const std::string& name) {
   auto dom = lookup(c, name, "start " + name);
   if (!dom)

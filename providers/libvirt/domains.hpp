@@ -42,6 +42,12 @@ caf::expected<domain_reading> define_and_start(connection& c,
 /// Starts an existing, defined-but-stopped domain.
 caf::error start_domain(connection& c, const std::string& name);
 
+/// Pauses (virDomainSuspend) or resumes (virDomainResume) a running domain:
+/// for draining a proxy without losing it, and for tests that need a
+/// running domain to read back without an address.
+caf::error suspend_domain(connection& c, const std::string& name);
+caf::error resume_domain(connection& c, const std::string& name);
+
 /// Destroys (if running) and undefines the domain. A domain that does not
 /// exist is success (the goal state is reached).
 caf::error delete_domain(connection& c, const std::string& name);

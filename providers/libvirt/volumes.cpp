@@ -254,9 +254,13 @@ caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std:
   auto p = lookup_pool(c, pool, what);
   if (!p)
     return p.error();
-  // A dir pool learns of files (and their allocation) on refresh only.
+  // Best effort: a refresh lets the pool see files changed behind libvirt's
+  // back, but libvirt refuses it while another job (qemu-img creating an
+  // overlay for another proxy) runs on the pool: "pool has asynchronous jobs
+  // running", an internal error that must not fail this read. The volume's
+  // own allocation is refreshed by virStorageVolGetInfo anyway.
   if (virStoragePoolRefresh(p->get(), 0) < 0)
-    return last_error(what + ": refresh");
+    virResetLastError();
   volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
   if (!vol) {
     auto err = last_error(what);

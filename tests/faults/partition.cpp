@@ -29,6 +29,7 @@
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::stop_on_exit;
 using test::ms_of;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
@@ -89,17 +90,6 @@ struct bed : test::engine_fixture {
   // ("keepalive|watchdog": either) the link's reason must name. After heal()
   // the link redials.
   void partition_then_call(const host_config& h, const std::string& names);
-};
-
-// Stops the engine when a test leaves early (a failed REQUIRE): an engine
-// left running would hold the actor system's destructor forever. stop() is
-// idempotent, so the normal path's explicit stop is not repeated.
-struct stop_on_exit {
-  caf::expected<engine>& eng;
-  ~stop_on_exit() {
-    if (eng)
-      eng->stop();
-  }
 };
 
 host_link_actor link_of(caf::scoped_actor& self, engine& eng, const std::string& host) {

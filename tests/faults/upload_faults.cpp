@@ -37,6 +37,7 @@
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::stop_on_exit;
 using test::ms_of;
 using test::now_ns;
 using namespace std::chrono_literals;
@@ -64,14 +65,6 @@ testbed::libvirtd_options lv_options() {
   o.warm_qemu_caps = false; // storage and the test driver need no QEMU probe
   return o;
 }
-
-struct stop_on_exit {
-  caf::expected<engine>& eng;
-  ~stop_on_exit() {
-    if (eng)
-      eng->stop();
-  }
-};
 
 // An endless image source: hands out `total` bytes and records how far it
 // got and when it was last asked, so the test can see it stall.

@@ -22,6 +22,7 @@
 #include "support/testbed.hpp"
 
 using namespace egress;
+using test::stop_on_exit;
 using namespace std::chrono_literals;
 
 namespace {
@@ -91,6 +92,7 @@ BOOST_AUTO_TEST_CASE(proxies_wait_for_their_image_then_create_their_domains) {
   http.set({.drip_bytes = 512 * 1024, .drip_interval = 100ms}); // ~0.8 s
   auto eng = engine::start(*sys, config());
   BOOST_REQUIRE(eng);
+  stop_on_exit guard{eng};
   // While the image moves, no domain exists yet.
   bool fetching = wait_status(*eng, [](const fleet_status& st) {
     auto i = image_in(st);
@@ -166,6 +168,7 @@ BOOST_AUTO_TEST_CASE(a_missing_image_keeps_proxies_pending_with_the_reason) {
   http.set({.error_status = 404});
   auto eng = engine::start(*sys, config());
   BOOST_REQUIRE(eng);
+  stop_on_exit guard{eng};
   bool reported = wait_status(*eng, [](const fleet_status& st) {
     for (auto& p : st.proxies)
       if (p.last_error.find("404") == std::string::npos)

@@ -103,6 +103,17 @@ inline bool wait_up(caf::scoped_actor& self, const host_link_actor& link,
   return up;
 }
 
+/// Stops the engine when a test leaves early (a failed REQUIRE): an engine
+/// left running would hold the actor system's destructor forever. stop() is
+/// idempotent, so a test's own explicit stop is not repeated.
+struct stop_on_exit {
+  caf::expected<engine>& eng;
+  ~stop_on_exit() {
+    if (eng)
+      eng->stop();
+  }
+};
+
 struct engine_fixture {
   static caf::actor_system_config& init(caf::actor_system_config& cfg) {
     cfg.set("logger.file-verbosity", caf::atom("quiet"));

@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* engine_keys =
-  "entry, poll-interval, shutdown-timeout, redial-min, redial-max, hosts, images, proxies";
+  "entry, poll-interval, address-grace, shutdown-timeout, redial-min, redial-max, hosts, images, "
+  "proxies";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from";
 

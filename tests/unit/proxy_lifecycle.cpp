@@ -135,6 +135,78 @@ BOOST_AUTO_TEST_CASE(spec_16_a_domain_without_our_mark_is_never_touched) {
   BOOST_CHECK(after->state == before->state);
 }
 
+// A running proxy whose domain reads back without an address (here: paused
+// behind the engine's back, so no address is read) keeps its last address
+// and its running phase for address-grace polls, then is demoted; when the
+// address is back it runs again with no grace left.
+BOOST_AUTO_TEST_CASE(spec_11_a_running_proxy_keeps_its_address_for_the_grace_polls) {
+  auto w = witness();
+  auto cfg = test::test_config("grace");
+  cfg.hosts.push_back(test::test_host("hv1"));
+  cfg.proxies.push_back(test::test_proxy("px-g", "hv1"));
+  cfg.address_grace = 3;
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }));
+  auto before = eng->status()->proxies.front();
+  BOOST_REQUIRE(!lv::suspend_domain(*w, "px-g"));
+  // Every status in between, until it is demoted.
+  std::vector<proxy_status> seen;
+  bool demoted = wait_status(*eng, [&](const fleet_status& st) {
+    seen.push_back(st.proxies.front());
+    return st.proxies.front().phase == proxy_phase::provisioning;
+  }, 10s);
+  BOOST_REQUIRE(demoted);
+  uint32_t max_grace = 0;
+  uint64_t polls_in_grace = 0;
+  for (auto& p : seen)
+    if (p.grace_left > 0) {
+      max_grace = std::max(max_grace, p.grace_left);
+      BOOST_CHECK(p.phase == proxy_phase::running);
+      BOOST_CHECK_EQUAL(p.address, before.address);
+    }
+  auto demoted_at = seen.back();
+  polls_in_grace = demoted_at.polls - before.polls;
+  BOOST_TEST_MESSAGE("grace: up to " << max_grace << " left; demoted after " << polls_in_grace
+                                     << " poll(s) since the pause");
+  BOOST_CHECK_EQUAL(max_grace, 3u);
+  BOOST_CHECK_GE(polls_in_grace, 4u); // three kept, the fourth demotes
+  BOOST_CHECK(demoted_at.address.empty());
+  BOOST_CHECK_EQUAL(demoted_at.grace_left, 0u);
+  BOOST_REQUIRE(!lv::resume_domain(*w, "px-g"));
+  BOOST_CHECK(wait_status(*eng, [&](const fleet_status& st) {
+    auto& p = st.proxies.front();
+    return p.phase == proxy_phase::running && p.address == before.address && p.grace_left == 0;
+  }));
+  BOOST_REQUIRE(!eng->stop());
+  BOOST_CHECK(!lv::delete_domain(*w, "px-g"));
+}
+
+// With address-grace 0 a proxy is demoted on the first read without an
+// address (the behaviour before the grace existed).
+BOOST_AUTO_TEST_CASE(spec_11_grace_zero_demotes_at_once) {
+  auto w = witness();
+  auto cfg = test::test_config("nograce");
+  cfg.hosts.push_back(test::test_host("hv1"));
+  cfg.proxies.push_back(test::test_proxy("px-n", "hv1"));
+  cfg.address_grace = 0;
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }));
+  auto before = eng->status()->proxies.front();
+  BOOST_REQUIRE(!lv::suspend_domain(*w, "px-n"));
+  std::vector<proxy_status> seen;
+  BOOST_REQUIRE(wait_status(*eng, [&](const fleet_status& st) {
+    seen.push_back(st.proxies.front());
+    return st.proxies.front().phase == proxy_phase::provisioning;
+  }, 10s));
+  for (auto& p : seen)
+    BOOST_CHECK_EQUAL(p.grace_left, 0u);
+  BOOST_CHECK_LE(seen.back().polls - before.polls, 3u); // a read in flight may land first
+  BOOST_REQUIRE(!eng->stop());
+  BOOST_CHECK(!lv::delete_domain(*w, "px-n"));
+}
+
 BOOST_AUTO_TEST_CASE(invalid_config_is_refused_before_any_actor_starts) {
   auto cfg = test::test_config("bad");
   cfg.hosts.push_back(test::test_host("hv1"));
