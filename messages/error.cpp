@@ -121,4 +121,9 @@ void add_error_renderer(caf::actor_system_config& cfg) {
                          });
 }
 
+bool is(const caf::error& err, ec code) {
+  return err && err.category() == caf::atom("egress")
+         && err.code() == static_cast<uint8_t>(code);
+}
+
 } // namespace egress

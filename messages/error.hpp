@@ -75,6 +75,10 @@ std::string detail(const caf::error& err);
 /// Creates an engine error with a human-readable context.
 caf::error make_error(ec code, std::string context);
 
+/// True if `err` is the engine error `code`. Safe on an empty error, whose
+/// category() dereferences null in CAF 0.17.
+bool is(const caf::error& err, ec code);
+
 /// Wraps any error as transient, keeping its text. An explicit transient wrap
 /// always wins over a classification derived from a libvirt code.
 caf::error as_transient(const caf::error& err);

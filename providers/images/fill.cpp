@@ -23,11 +23,6 @@ constexpr uint64_t mib = uint64_t{1} << 20;
 // written, and whatever the prefix holds is hashed again anyway.
 constexpr uint64_t resume_granularity = mib;
 
-bool is(const caf::error& err, ec code) {
-  return err && err.category() == caf::atom("egress")
-         && err.code() == static_cast<uint8_t>(code);
-}
-
 caf::error with_context(const caf::error& err, const std::string& prefix) {
   if (!err || err.category() != caf::atom("egress"))
     return err;

@@ -12,12 +12,6 @@ namespace egress::lv {
 
 namespace {
 
-bool is(const caf::error& err, ec code) {
-  // category() of an empty error dereferences null in CAF 0.17.
-  return err && err.category() == caf::atom("egress")
-         && err.code() == static_cast<uint8_t>(code);
-}
-
 const char* to_string(address_source s) {
   switch (s) {
     case address_source::lease: return "lease";

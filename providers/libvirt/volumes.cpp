@@ -15,14 +15,15 @@ namespace egress::lv {
 
 namespace {
 
-bool is(const caf::error& err, ec code) {
-  // category() of an empty error dereferences null in CAF 0.17.
-  return err && err.category() == caf::atom("egress")
-         && err.code() == static_cast<uint8_t>(code);
-}
-
 std::string size_text(uint64_t bytes) {
   return std::to_string(bytes) + " bytes";
+}
+
+// Every volume call refuses a bad pool or volume name before libvirt is asked.
+caf::error check_names(const std::string& pool, const std::string& volume) {
+  if (auto err = check_name("pool", pool))
+    return err;
+  return check_volume_name("volume", volume);
 }
 
 caf::expected<pool_ptr> lookup_pool(connection& c, const std::string& pool,
@@ -176,9 +177,7 @@ caf::error upload(connection& c, virStorageVolPtr vol, const std::string& what,
 caf::expected<volume_ptr> create_volume(connection& c, const std::string& pool,
                                         const std::string& name, uint64_t capacity_bytes,
                                         const std::string& format) {
-  if (auto err = check_name("pool", pool))
-    return err;
-  if (auto err = check_volume_name("volume", name))
+  if (auto err = check_names(pool, name))
     return err;
   auto what = "create volume " + pool + "/" + name;
   if (format != "raw" && format != "qcow2")
@@ -197,9 +196,7 @@ caf::expected<volume_ptr> create_volume(connection& c, const std::string& pool,
 }
 
 caf::error delete_volume(connection& c, const std::string& pool, const std::string& name) {
-  if (auto err = check_name("pool", pool))
-    return err;
-  if (auto err = check_volume_name("volume", name))
+  if (auto err = check_names(pool, name))
     return err;
   auto what = "delete volume " + pool + "/" + name;
   auto p = lookup_pool(c, pool, what);
@@ -230,9 +227,7 @@ caf::error upload_volume(connection& c, const std::string& pool, const std::stri
                          size_t chunk, uint64_t* sent) {
   if (sent != nullptr)
     *sent = 0;
-  if (auto err = check_name("pool", pool))
-    return err;
-  if (auto err = check_volume_name("volume", name))
+  if (auto err = check_names(pool, name))
     return err;
   auto what = "upload " + pool + "/" + name;
   auto p = lookup_pool(c, pool, what);
@@ -246,9 +241,7 @@ caf::error upload_volume(connection& c, const std::string& pool, const std::stri
 
 caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std::string& pool,
                                                        const std::string& name) {
-  if (auto err = check_name("pool", pool))
-    return err;
-  if (auto err = check_volume_name("volume", name))
+  if (auto err = check_names(pool, name))
     return err;
   auto what = "volume info " + pool + "/" + name;
   auto p = lookup_pool(c, pool, what);
@@ -289,9 +282,7 @@ caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std:
 
 caf::error download_volume(connection& c, const std::string& pool, const std::string& name,
                            uint64_t offset, uint64_t length, const download_sink& sink) {
-  if (auto err = check_name("pool", pool))
-    return err;
-  if (auto err = check_volume_name("volume", name))
+  if (auto err = check_names(pool, name))
     return err;
   auto what = "download " + pool + "/" + name;
   if (length == 0 || !sink)
@@ -342,9 +333,7 @@ caf::error download_volume(connection& c, const std::string& pool, const std::st
 caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
                                          const std::string& name, const std::string& backing,
                                          const std::string& backing_format) {
-  if (auto err = check_name("pool", pool))
-    return err;
-  if (auto err = check_volume_name("volume", name))
+  if (auto err = check_names(pool, name))
     return err;
   auto what = "create overlay " + pool + "/" + name;
   if (backing_format != "raw" && backing_format != "qcow2")

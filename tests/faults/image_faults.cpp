@@ -80,11 +80,6 @@ const std::string tiny_pool = "tiny";
 // loaded 2-core machine gets 3 s of slack.
 constexpr auto liveness_bound = 7s;
 
-bool is(const caf::error& err, ec code) {
-  return err && err.category() == caf::atom("egress")
-         && err.code() == static_cast<uint8_t>(code);
-}
-
 std::string show(const caf::expected<images::fill_result>& r) {
   return r ? "ok " + r->volume : render(r.error());
 }

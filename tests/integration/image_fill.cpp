@@ -125,11 +125,6 @@ std::string show(const caf::expected<images::fill_result>& r) {
   return r ? "ok " + r->volume : render(r.error());
 }
 
-bool is(const caf::error& err, ec code) {
-  return err && err.category() == caf::atom("egress")
-         && err.code() == static_cast<uint8_t>(code);
-}
-
 } // namespace
 
 BOOST_FIXTURE_TEST_SUITE(image_fill_suite, fixture)

@@ -260,11 +260,6 @@ struct fixture : root_gate, test::engine_fixture {
   }
 };
 
-bool is(const caf::error& err, ec code) {
-  return err && err.category() == caf::atom("egress")
-         && err.code() == static_cast<uint8_t>(code);
-}
-
 // ---- scenarios shared by both paths ---------------------------------------------
 
 void round_trip(fixture& f, path& p, const std::string& vol) {
