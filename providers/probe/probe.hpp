@@ -51,9 +51,15 @@ public:
   virtual ~prober() = default;
 
   /// Probes the proxy at address:port. Blocks, bounded by `s.timeout` and by
-  /// kill(). An error means the route to the host failed (its SSH session
-  /// could not be opened, or broke): transient ssh_failed, and the proxy is
-  /// not judged. The next probe after an error reconnects.
+  /// kill() (through SSH, opening the session is bounded separately by the
+  /// options' connect_timeout). An error means the route to the host failed
+  /// (its SSH session could not be opened, or broke, or the host acknowledged
+  /// nothing until the deadline) or the probe was killed: transient
+  /// ssh_failed, and the proxy is not judged. The next probe after an error
+  /// reconnects. A target that is not a plain http:// URL, or (direct) an
+  /// address that is not numeric, is invalid_argument.
+  /// A deadline that passes while the host is there is the proxy's fault: an
+  /// outcome, stage "connect" or "reply".
   /// Thread-safe: probes through one prober run one at a time.
   virtual caf::expected<outcome> probe(const std::string& address, uint16_t port,
                                        const settings& s) = 0;
@@ -67,6 +73,8 @@ using prober_ptr = std::shared_ptr<prober>;
 
 /// Probes through a session of its own to the host's sshd, opened on the
 /// first probe and kept; host key checked as for the link (invariant 13).
+/// A kept session that fails at once (it may have died while idle) is
+/// replaced within the same probe, once, before the route counts as broken.
 prober_ptr through_ssh(ssh::session_options opts);
 
 /// Probes with a TCP connect from the engine's own network stack.
