@@ -1,10 +1,16 @@
 #include "actors/fleet.hpp"
 
+#include <algorithm>
+#include <set>
+
+#include "actors/health.hpp"
 #include "actors/host_link.hpp"
 #include "actors/image.hpp"
+#include "actors/link_call.hpp"
 #include "actors/proxy.hpp"
 #include "actors/transport_choice.hpp"
 #include "messages/error.hpp"
+#include "providers/provision/gc.hpp"
 #include "runtime/log.hpp"
 
 namespace egress {
@@ -13,99 +19,419 @@ caf::timespan caller_timeout(const host_config& host) {
   return host.connect_timeout + 2 * host.call_budget + std::chrono::seconds(1);
 }
 
+// -- the difference between two configs -----------------------------------------
+
+namespace {
+
+template <class T>
+const T* by_name(const std::vector<T>& xs, const std::string& name) {
+  auto i = std::find_if(xs.begin(), xs.end(), [&](const T& x) { return x.name == name; });
+  return i == xs.end() ? nullptr : &*i;
+}
+
+std::string names(const std::vector<std::string>& xs) {
+  std::string out;
+  for (auto& x : xs)
+    out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+} // namespace
+
+config_diff diff(const engine_config& from, const engine_config& to) {
+  config_diff d;
+  d.engine_changed = from.poll_interval != to.poll_interval
+                     || from.address_grace != to.address_grace
+                     || from.redial_min != to.redial_min || from.redial_max != to.redial_max;
+  d.probe_changed = !(from.probe == to.probe);
+  for (auto& h : to.hosts) {
+    auto old = by_name(from.hosts, h.name);
+    if (!old)
+      d.hosts_added.push_back(h.name);
+    else if (!(*old == h) || d.engine_changed)
+      d.hosts_changed.push_back(h.name);
+  }
+  for (auto& h : from.hosts)
+    if (!by_name(to.hosts, h.name))
+      d.hosts_removed.push_back(h.name);
+  for (auto& img : from.images) {
+    auto now = by_name(to.images, img.name);
+    if (!now || !(*now == img))
+      d.images_changed.push_back(img.name);
+  }
+  auto touched = [&](const std::vector<std::string>& xs, const std::string& x) {
+    return std::find(xs.begin(), xs.end(), x) != xs.end();
+  };
+  for (auto& p : to.proxies) {
+    auto old = by_name(from.proxies, p.name);
+    if (!old)
+      d.proxies_added.push_back(p.name);
+    else if (!(*old == p) || touched(d.hosts_changed, p.host)
+             || (!p.image.empty() && touched(d.images_changed, p.image)))
+      d.proxies_changed.push_back(p.name);
+  }
+  for (auto& p : from.proxies)
+    if (!by_name(to.proxies, p.name))
+      d.proxies_removed.push_back(p.name);
+  return d;
+}
+
+std::string config_diff::summary() const {
+  auto out = "proxies +" + std::to_string(proxies_added.size()) + " -"
+             + std::to_string(proxies_removed.size()) + " ~"
+             + std::to_string(proxies_changed.size());
+  if (!hosts_added.empty() || !hosts_removed.empty() || !hosts_changed.empty())
+    out += "; hosts +" + names(hosts_added) + " -" + names(hosts_removed) + " ~"
+           + names(hosts_changed);
+  if (!images_changed.empty())
+    out += "; images ~" + names(images_changed);
+  if (probe_changed)
+    out += "; probe settings";
+  return out;
+}
+
+namespace {
+
+const host_config& host_of(fleet_pointer self, const std::string& name) {
+  return *by_name(self->state.cfg.hosts, name); // validated: every proxy names a host
+}
+
+void spawn_link(fleet_pointer self, const host_config& h) {
+  auto& st = self->state;
+  host_link_options o;
+  o.host = h.name;
+  o.max_calls = h.max_calls;
+  o.call_budget = h.call_budget;
+  o.connect_timeout = h.connect_timeout;
+  o.redial_min = st.cfg.redial_min;
+  o.redial_max = st.cfg.redial_max;
+  o.keepalive_interval_s = static_cast<int>(
+    std::chrono::duration_cast<std::chrono::seconds>(h.keepalive_interval).count());
+  o.keepalive_count = h.keepalive_count;
+  o.make_transport = st.hooks.make_transport(h);
+  o.sink = status_sink_actor{self};
+  auto link = self->spawn(make_host_link, std::move(o));
+  self->send(link, atom::subscribe_v, link_events_actor{self});
+  self->monitor(link);
+  st.links[h.name] = link;
+  std::lock_guard<std::mutex> guard{st.book->mtx};
+  st.book->hosts[h.name] = h;
+}
+
+// Kills the link first (a blocked call on it returns), then lets it exit.
+void retire_link(fleet_pointer self, const std::string& host, const std::string& why) {
+  auto& st = self->state;
+  if (auto i = st.links.find(host); i != st.links.end()) {
+    self->send(i->second, atom::kill_v, why);
+    self->send_exit(i->second, caf::exit_reason::user_shutdown);
+    st.links.erase(i);
+  }
+  st.link_view.erase(host);
+  self->send(st.health, atom::kill_v, host);
+  std::lock_guard<std::mutex> guard{st.book->mtx};
+  st.book->hosts.erase(host);
+}
+
+// One image actor per (image, host) that a proxy needs, spawned on first
+// need: the provider entry is the fleet's own, so every cache entry is
+// (entry, image) on a host.
+image_actor image_for(fleet_pointer self, const proxy_spec& p) {
+  auto& st = self->state;
+  if (p.image.empty())
+    return {};
+  auto key = p.image + "@" + p.host;
+  if (auto i = st.images.find(key); i != st.images.end())
+    return i->second;
+  auto cfg_of = by_name(st.cfg.images, p.image); // validated: declared
+  image_options o;
+  o.entry = st.cfg.entry;
+  o.host = host_of(self, p.host); // validated: the host has a pool
+  o.image = images::image_source{cfg_of->name, cfg_of->url, cfg_of->sha256, cfg_of->size,
+                                 cfg_of->format};
+  o.transfer_budget = cfg_of->transfer_budget;
+  o.make_transport = st.hooks.make_transport(o.host);
+  o.sink = status_sink_actor{self};
+  auto img = spawn_image(self->system(), std::move(o));
+  self->monitor(img);
+  st.images.emplace(key, img);
+  return img;
+}
+
+// Ends every image actor whose image or host is in the lists (their fills
+// are given up); the next proxy that needs one spawns it anew.
+void retire_images(fleet_pointer self, const std::vector<std::string>& images,
+                   const std::vector<std::string>& hosts) {
+  auto& st = self->state;
+  auto in = [](const std::vector<std::string>& xs, const std::string& x) {
+    return std::find(xs.begin(), xs.end(), x) != xs.end();
+  };
+  for (auto i = st.images.begin(); i != st.images.end();) {
+    auto at = i->first.find('@');
+    if (in(images, i->first.substr(0, at)) || in(hosts, i->first.substr(at + 1))) {
+      self->send_exit(i->second, caf::exit_reason::user_shutdown);
+      st.image_view.erase(i->first);
+      i = st.images.erase(i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
+  auto& st = self->state;
+  auto& h = host_of(self, p.host);
+  proxy_options o;
+  o.spec = p;
+  o.entry = st.cfg.entry;
+  o.domain_type = h.domain_type;
+  o.address_sources = h.address_sources;
+  o.poll_interval = st.cfg.poll_interval;
+  o.address_grace = st.cfg.address_grace;
+  o.call_timeout = caller_timeout(h);
+  o.link = st.links.at(p.host);
+  o.image = image_for(self, p);
+  o.pool = h.pool;
+  if (auto img = by_name(st.cfg.images, p.image)) {
+    o.image_timeout = img->transfer_budget + std::chrono::minutes(1); // outlasts the budget
+    o.image_format = img->format == "qcow2" ? "qcow2" : "raw";
+    o.image_sha256 = img->sha256;
+  }
+  o.sink = status_sink_actor{self};
+  auto proxy = self->spawn(make_proxy, std::move(o));
+  self->monitor(proxy);
+  st.proxies[p.name] = proxy;
+}
+
+// Ends a proxy's actor without touching its VM: the VM is adopted by mark
+// if the proxy comes back, and collected by mark if it does not.
+void retire_proxy(fleet_pointer self, const std::string& name) {
+  auto& st = self->state;
+  if (auto i = st.proxies.find(name); i != st.proxies.end()) {
+    self->send_exit(i->second, caf::exit_reason::user_shutdown);
+    st.proxies.erase(i);
+  }
+  st.proxy_view.erase(name);
+  st.health_view.erase(name);
+  self->send(st.health, atom::forget_v, name);
+}
+
+probe::prober_ptr no_prober(const std::string& host) {
+  log::error("health", "no prober for host \"" + host + "\" (removed?)");
+  return probe::direct_tcp();
+}
+
+void spawn_health(fleet_pointer self) {
+  auto& st = self->state;
+  health_options o;
+  o.probe = st.cfg.probe;
+  o.sink = status_sink_actor{self};
+  // Runs in the health actor: reads the shared book, never the fleet's state.
+  o.prober_for = [book = st.book, make = st.hooks.make_prober](const std::string& host) {
+    host_config h;
+    {
+      std::lock_guard<std::mutex> guard{book->mtx};
+      auto i = book->hosts.find(host);
+      if (i == book->hosts.end())
+        return no_prober(host);
+      h = i->second;
+    }
+    return make(h);
+  };
+  st.health = self->spawn(make_health, std::move(o));
+  self->monitor(st.health);
+  for (auto& s : st.subscribers)
+    self->send(st.health, atom::subscribe_v, s);
+  // The new health actor learns the current state from the views.
+  for (auto& [_, s] : st.link_view)
+    self->send(st.health, s);
+}
+
+// "10.0.0.5:8888" or "[fd00::5]:8888": where a proxy's clients connect.
+std::string endpoint_of(const proxy_status& s, uint32_t port) {
+  if (s.address.empty())
+    return {};
+  auto host = s.address.find(':') != std::string::npos ? "[" + s.address + "]" : s.address;
+  return host + ":" + std::to_string(port);
+}
+
+void tell_health(fleet_pointer self, const proxy_status& s) {
+  auto& st = self->state;
+  auto spec = by_name(st.cfg.proxies, s.name);
+  if (!spec)
+    return;
+  auto copy = s;
+  copy.address = endpoint_of(s, spec->port);
+  self->send(st.health, std::move(copy));
+}
+
+// -- garbage collection -------------------------------------------------------
+
+// One pass on every host: each host's result arrives on its own, so a dead
+// host delays nobody's collection (invariant 5). `done` gets all reports
+// (a failed host's report says so in its domains list being empty and is
+// logged).
+void run_gc(fleet_pointer self,
+            std::function<void(std::vector<gc_report>)> done = nullptr) {
+  auto& st = self->state;
+  struct pass {
+    size_t left = 0;
+    bool all_ok = true;
+    std::vector<gc_report> reports;
+    std::function<void(std::vector<gc_report>)> done;
+  };
+  auto shared = std::make_shared<pass>();
+  shared->left = st.links.size();
+  shared->done = std::move(done);
+  auto finish_one = [self, shared] {
+    if (--shared->left > 0)
+      return;
+    if (shared->all_ok)
+      self->state.gc_done = true;
+    if (shared->done)
+      shared->done(std::move(shared->reports));
+  };
+  if (shared->left == 0) {
+    shared->left = 1;
+    finish_one();
+    return;
+  }
+  for (auto& h : st.cfg.hosts) {
+    provision::gc_request req;
+    req.entry = st.cfg.entry;
+    req.host = h.name;
+    req.pool = h.pool;
+    for (auto& p : st.cfg.proxies)
+      if (p.host == h.name)
+        req.declared.insert(p.name);
+    link_call<gc_report>(
+      self, st.links.at(h.name), caller_timeout(h), "gc",
+      [req](lv::connection& c) { return provision::collect(c, req); },
+      [shared, finish_one](gc_report& r) {
+        if (!r.domains.empty() || !r.volumes.empty())
+          log::info("gc", r.host + ": removed " + std::to_string(r.domains.size())
+                            + " undeclared domain(s) " + names(r.domains) + " and "
+                            + std::to_string(r.volumes.size()) + " volume(s) "
+                            + names(r.volumes));
+        shared->reports.push_back(std::move(r));
+        finish_one();
+      },
+      [shared, finish_one, host = h.name](const caf::error& err) {
+        log::warn("gc", host + ": " + render(err) + " (retried later)");
+        shared->all_ok = false;
+        shared->reports.push_back(gc_report{host, {}, {}});
+        finish_one();
+      });
+  }
+}
+
+// Repeats the first pass until it succeeded on every host, then runs again
+// every gc_period: a proxy retired while its create was in flight leaves a
+// VM that only a later pass can see.
+constexpr auto gc_retry = std::chrono::seconds(30);
+constexpr auto gc_period = std::chrono::minutes(10);
+
+// -- reload ---------------------------------------------------------------------
+
+caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
+  auto& st = self->state;
+  if (auto err = validate(next))
+    return err;
+  if (next.entry != st.cfg.entry)
+    return make_error(ec::config_invalid,
+                      (next.config_file.empty() ? std::string{} : next.config_file + ": ")
+                        + "engine.entry: cannot change from \"" + st.cfg.entry + "\" to \""
+                        + next.entry + "\" while running (the entry owns every VM's mark); "
+                        "restart the engine instead");
+  auto d = diff(st.cfg, next);
+  // Retire first, then build: a changed host's proxies need its new link.
+  for (auto& name : d.proxies_removed)
+    retire_proxy(self, name);
+  for (auto& name : d.proxies_changed)
+    retire_proxy(self, name);
+  auto gone_hosts = d.hosts_removed;
+  gone_hosts.insert(gone_hosts.end(), d.hosts_changed.begin(), d.hosts_changed.end());
+  retire_images(self, d.images_changed, gone_hosts);
+  for (auto& h : gone_hosts)
+    retire_link(self, h, "host settings changed by a reload");
+  st.cfg = std::move(next);
+  if (d.probe_changed) {
+    self->send_exit(st.health, caf::exit_reason::user_shutdown);
+    for (auto& [name, v] : st.health_view)
+      v.in_rotation = false;
+    spawn_health(self);
+  }
+  for (auto& h : st.cfg.hosts)
+    if (!st.links.contains(h.name))
+      spawn_link(self, h);
+  for (auto& p : st.cfg.proxies)
+    if (!st.proxies.contains(p.name))
+      spawn_proxy(self, p);
+  // What the new health actor must know about proxies nobody respawned.
+  if (d.probe_changed)
+    for (auto& [_, s] : st.proxy_view)
+      tell_health(self, s);
+  ++st.reloads;
+  st.last_reload = "applied: " + d.summary();
+  log::info("fleet", "reload " + st.last_reload);
+  if (st.cfg.gc)
+    run_gc(self);
+  return d.summary();
+}
+
+} // namespace
+
 fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
                                       fleet_hooks hooks) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.name = "fleet/" + st.cfg.entry;
-  if (!hooks.make_transport)
-    hooks.make_transport = transport_for;
-  status_sink_actor sink = self;
-  link_events_actor events = self;
-  std::map<std::string, const host_config*> host_by_name;
-  for (auto& h : st.cfg.hosts) {
-    host_link_options o;
-    o.host = h.name;
-    o.max_calls = h.max_calls;
-    o.call_budget = h.call_budget;
-    o.connect_timeout = h.connect_timeout;
-    o.redial_min = st.cfg.redial_min;
-    o.redial_max = st.cfg.redial_max;
-    o.keepalive_interval_s = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::seconds>(h.keepalive_interval).count());
-    o.keepalive_count = h.keepalive_count;
-    o.make_transport = hooks.make_transport(h);
-    o.sink = sink;
-    auto link = self->spawn(make_host_link, std::move(o));
-    self->send(link, atom::subscribe_v, events);
-    self->monitor(link);
-    st.links.emplace(h.name, link);
-    host_by_name.emplace(h.name, &h);
-  }
-  // One image actor per (image, host) that a proxy needs: the provider
-  // entry is the fleet's own, so every cache entry is (entry, image) on a host.
-  auto image_for = [&](const proxy_spec& p) -> image_actor {
-    if (p.image.empty())
-      return {};
-    auto key = p.image + "@" + p.host;
-    if (auto i = st.images.find(key); i != st.images.end())
-      return i->second;
-    auto cfg_of = std::find_if(st.cfg.images.begin(), st.cfg.images.end(),
-                               [&](const image_config& x) { return x.name == p.image; });
-    image_options o; // validated: the image is declared, the host has a pool
-    o.entry = st.cfg.entry;
-    o.host = *host_by_name.at(p.host);
-    o.image = images::image_source{cfg_of->name, cfg_of->url, cfg_of->sha256, cfg_of->size,
-                                   cfg_of->format};
-    o.transfer_budget = cfg_of->transfer_budget;
-    o.make_transport = hooks.make_transport(o.host);
-    o.sink = sink;
-    auto img = spawn_image(self->system(), std::move(o));
-    self->monitor(img);
-    st.images.emplace(key, img);
-    return img;
-  };
-  for (auto& p : st.cfg.proxies) {
-    auto& h = *host_by_name.at(p.host); // validated: every proxy names a host
-    proxy_options o;
-    o.spec = p;
-    o.entry = st.cfg.entry;
-    o.domain_type = h.domain_type;
-    o.address_sources = h.address_sources;
-    o.poll_interval = st.cfg.poll_interval;
-    o.address_grace = st.cfg.address_grace;
-    o.call_timeout = caller_timeout(h);
-    o.link = st.links.at(p.host);
-    o.image = image_for(p);
-    o.pool = h.pool;
-    for (auto& img : st.cfg.images)
-      if (img.name == p.image) { // a waiter outlasts the image's own budget
-        o.image_timeout = img.transfer_budget + std::chrono::minutes(1);
-        o.image_format = img.format == "qcow2" ? "qcow2" : "raw";
-      }
-    o.sink = sink;
-    auto proxy = self->spawn(make_proxy, std::move(o));
-    self->monitor(proxy);
-    st.proxies.emplace(p.name, proxy);
-  }
+  st.hooks = std::move(hooks);
+  if (!st.hooks.make_transport)
+    st.hooks.make_transport = transport_for;
+  if (!st.hooks.make_prober)
+    st.hooks.make_prober = prober_for;
+  st.book = std::make_shared<host_book>();
+  for (auto& h : st.cfg.hosts)
+    spawn_link(self, h);
+  spawn_health(self);
+  for (auto& p : st.cfg.proxies)
+    spawn_proxy(self, p);
   log::info("fleet", st.cfg.entry + ": " + std::to_string(st.links.size())
                        + " host(s), " + std::to_string(st.proxies.size())
                        + " proxy(ies)");
+  if (st.cfg.gc)
+    self->send(self, atom::gc_v, atom::poll_v);
   self->set_down_handler([self](const caf::down_msg& msg) {
-    if (self->state.stopping || !msg.reason)
+    if (self->state.stopping || !msg.reason
+        || msg.reason == caf::exit_reason::user_shutdown)
       return;
     log::error("fleet", "a child actor ended unexpectedly: " + caf::to_string(msg.reason));
   });
   return {
     [self](atom::status) {
+      auto& st = self->state;
       fleet_status out;
-      out.entry = self->state.cfg.entry;
-      for (auto& [_, s] : self->state.link_view)
+      out.entry = st.cfg.entry;
+      for (auto& [_, s] : st.link_view)
         out.links.push_back(s);
-      for (auto& [_, s] : self->state.proxy_view)
-        out.proxies.push_back(s);
-      for (auto& [_, s] : self->state.image_view)
+      for (auto& [name, s] : st.proxy_view) {
+        auto p = s;
+        if (auto h = st.health_view.find(name); h != st.health_view.end()) {
+          p.in_rotation = h->second.in_rotation;
+          p.probes_ok = h->second.probes_ok;
+          p.probes_failed = h->second.probes_failed;
+          p.probe_streak = h->second.streak;
+          p.last_probe = h->second.last_probe;
+          p.probe_ms = h->second.probe_ms;
+          if (p.in_rotation)
+            out.rotation.push_back(name);
+        }
+        out.proxies.push_back(std::move(p));
+      }
+      for (auto& [_, s] : st.image_view)
         out.images.push_back(s);
+      out.reloads = st.reloads;
+      out.last_reload = st.last_reload;
       return out;
     },
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
@@ -128,7 +454,41 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       // The proxy quits once its VM is gone; forget it now so that status
       // and shutdown no longer wait for it.
       self->state.proxies.erase(i);
+      self->send(self->state.health, atom::forget_v, name);
       return self->delegate(proxy, atom::erase_v);
+    },
+    [self](atom::reload, engine_config& next) -> caf::result<std::string> {
+      auto& st = self->state;
+      if (st.stopping)
+        return make_error(ec::shutting_down, "the engine is stopping");
+      auto r = apply(self, std::move(next));
+      if (!r) {
+        st.last_reload = "rejected: " + render(r.error());
+        log::error("fleet", "reload " + st.last_reload);
+        return r.error();
+      }
+      return *r;
+    },
+    [self](atom::gc) -> caf::result<std::vector<gc_report>> {
+      auto rp = self->make_response_promise<std::vector<gc_report>>();
+      run_gc(self, [rp](std::vector<gc_report> reports) mutable {
+        rp.deliver(std::move(reports));
+      });
+      return rp;
+    },
+    [self](atom::gc, atom::poll) {
+      if (!self->state.cfg.gc || self->state.stopping)
+        return;
+      run_gc(self, [self](std::vector<gc_report>) {
+        // Retry soon until one pass succeeded everywhere, then periodic.
+        auto next = self->state.gc_done ? caf::timespan{gc_period} : caf::timespan{gc_retry};
+        if (!self->state.stopping)
+          self->delayed_send(self, next, atom::gc_v, atom::poll_v);
+      });
+    },
+    [self](atom::subscribe, rotation_events_actor& s) {
+      self->state.subscribers.push_back(s);
+      self->send(self->state.health, atom::subscribe_v, std::move(s));
     },
     [self](atom::shutdown) {
       auto& st = self->state;
@@ -147,17 +507,41 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
         self->send_exit(p, caf::exit_reason::user_shutdown);
       for (auto& [_, l] : st.links)
         self->send_exit(l, caf::exit_reason::user_shutdown);
+      self->send_exit(st.health, caf::exit_reason::user_shutdown);
       self->quit();
       return true;
     },
     [self](link_down& ev) {
       log::warn("fleet", "link_down " + ev.host + ": " + ev.reason);
     },
-    [self](link_status& s) { self->state.link_view[s.host] = std::move(s); },
-    [self](proxy_status& s) { self->state.proxy_view[s.name] = std::move(s); },
+    [self](link_status& s) {
+      // A retired link's last words are not news.
+      if (!self->state.links.contains(s.host))
+        return;
+      self->send(self->state.health, s);
+      self->state.link_view[s.host] = std::move(s);
+    },
+    [self](proxy_status& s) {
+      auto& st = self->state;
+      // Pushes from a retired actor (a removed or replaced proxy, or one
+      // erased) must not resurrect its entry.
+      if (!st.proxies.contains(s.name) && s.phase != proxy_phase::deleted
+          && s.phase != proxy_phase::deleting)
+        return;
+      tell_health(self, s);
+      st.proxy_view[s.name] = std::move(s);
+    },
     [self](image_status& s) {
       auto key = s.image + "@" + s.host;
+      if (!self->state.images.contains(key))
+        return;
       self->state.image_view[key] = std::move(s);
+    },
+    [self](proxy_health& h) {
+      auto& st = self->state;
+      if (!st.proxy_view.contains(h.name) && !st.proxies.contains(h.name))
+        return;
+      st.health_view[h.name] = std::move(h);
     },
   };
 }

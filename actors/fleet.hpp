@@ -1,15 +1,20 @@
 #pragma once
 // The engine's root actor: turns the validated config into one host link per
-// host and one proxy per declared proxy, keeps the status view they push, and
-// runs the shutdown order (kill links first, then let everything exit).
+// host, one proxy per declared proxy, the image cache entries they need and
+// one health actor; keeps the status view they push; applies a reloaded
+// config as a difference; runs garbage collection by mark; and runs the
+// shutdown order (kill links first, then let everything exit).
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include <caf/typed_event_based_actor.hpp>
 
 #include "messages/actors.hpp"
+#include "providers/probe/probe.hpp"
 #include "providers/transport.hpp"
 #include "runtime/config.hpp"
 
@@ -18,17 +23,37 @@ namespace egress {
 struct fleet_hooks {
   /// Chooses the transport for a host; default: transport_for (by config).
   std::function<transport_factory(const host_config&)> make_transport;
+  /// Builds the prober for a host's proxies; default: prober_for (by config).
+  std::function<probe::prober_ptr(const host_config&)> make_prober;
+};
+
+/// The host configs the health actor builds its probers from. Shared with
+/// the health actor (which runs elsewhere) and updated by reloads, hence the
+/// lock; it is taken only to copy one entry.
+struct host_book {
+  std::mutex mtx;
+  std::map<std::string, host_config> hosts;
 };
 
 struct fleet_state {
   std::string name = "fleet";
   engine_config cfg;
+  fleet_hooks hooks;
   std::map<std::string, host_link_actor> links;
   std::map<std::string, proxy_actor> proxies;
   std::map<std::string, image_actor> images; // by "<image>@<host>"
+  health_actor health;
+  std::shared_ptr<host_book> book;
+  // Rotation subscribers, kept to subscribe a new health actor after a
+  // reload that changed the probe settings.
+  std::vector<rotation_events_actor> subscribers;
   std::map<std::string, image_status> image_view;
   std::map<std::string, link_status> link_view;
   std::map<std::string, proxy_status> proxy_view;
+  std::map<std::string, proxy_health> health_view;
+  uint64_t reloads = 0;
+  std::string last_reload;
+  bool gc_done = false; // the first pass after start succeeded everywhere
   bool stopping = false;
 };
 
@@ -40,5 +65,21 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
 /// How long a proxy waits for its link's answer: a dial, a wait in the queue
 /// behind one full budget, the call's own budget, and a second of slack.
 caf::timespan caller_timeout(const host_config& host);
+
+/// What a reload changes, by name: computed before anything is touched.
+struct config_diff {
+  std::vector<std::string> hosts_added, hosts_removed, hosts_changed;
+  std::vector<std::string> images_changed; // changed or removed
+  std::vector<std::string> proxies_added, proxies_removed, proxies_changed;
+  bool engine_changed = false; // poll interval, grace, redial: every actor anew
+  bool probe_changed = false;  // a new health actor
+
+  /// "+1 -0 ~2 proxies; hosts: ~hv2" (what the log and status show).
+  std::string summary() const;
+};
+
+/// The difference between two validated configs. A proxy counts as changed
+/// when its spec, its host's settings or its image changed.
+config_diff diff(const engine_config& from, const engine_config& to);
 
 } // namespace egress

@@ -15,7 +15,8 @@
 
 namespace egress {
 
-std::string spec_hash(const proxy_spec& spec, const std::string& domain_type) {
+std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
+                      const std::string& image_sha256) {
   // A canonical, unambiguous text: each field on its own line, tags in order.
   std::string text = "v1\n" + spec.name + "\n" + domain_type + "\n"
                      + std::to_string(spec.vcpus) + "\n"
@@ -26,6 +27,9 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type) {
   if (!spec.image.empty())
     text += "image:" + spec.image + "\nport:" + std::to_string(spec.port)
             + "\nallow-from:" + spec.allow_from + "\n";
+  // A new base image (same name, new digest) means a new VM, too.
+  if (!image_sha256.empty())
+    text += "image-sha256:" + image_sha256 + "\n";
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
@@ -64,7 +68,8 @@ void publish(proxy_pointer self, const proxy_status& before) {
   auto& s = self->state.status;
   bool changed = s.phase != before.phase || s.address != before.address
                  || s.last_error != before.last_error || s.uid != before.uid
-                 || s.adopted != before.adopted || s.grace_left != before.grace_left;
+                 || s.adopted != before.adopted || s.grace_left != before.grace_left
+                 || s.replaced != before.replaced;
   if (changed && self->state.opts.sink)
     self->send(self->state.opts.sink, s);
 }
@@ -92,6 +97,7 @@ std::vector<lv::address_source> sources_of(const std::vector<std::string>& names
 }
 
 void create(proxy_pointer self);
+void replace(proxy_pointer self, const domain_reading& r);
 
 void apply_reading(proxy_pointer self, domain_reading& r) {
   auto& st = self->state;
@@ -113,6 +119,10 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
                               + st.opts.spec.host + " with " + owner
                               + "; refusing to touch it"),
                  true);
+    return;
+  }
+  if (r.mark.spec_hash != st.spec_hash) {
+    replace(self, r);
     return;
   }
   if (!st.created_by_us && s.uid.empty()) {
@@ -289,6 +299,42 @@ void create(proxy_pointer self) {
   publish(self, before);
 }
 
+// The declared spec no longer matches the one the VM was made from (its
+// mark's spec hash): a VM's shape cannot be changed in place without a
+// reboot and a changed seed, so it is deleted with its volumes and created
+// again from the declared spec, under a new uid.
+void replace(proxy_pointer self, const domain_reading& r) {
+  auto& st = self->state;
+  auto& s = st.status;
+  log::info("proxy", st.opts.spec.name + ": spec changed (VM uid=" + r.mark.uid
+                       + " was made from spec " + r.mark.spec_hash.substr(0, 12)
+                       + ", declared is " + st.spec_hash.substr(0, 12) + "); replacing it");
+  s.phase = proxy_phase::creating;
+  s.address.clear();
+  s.grace_left = 0;
+  st.in_grace = false;
+  ++s.replaced;
+  st.busy = true;
+  auto name = st.opts.spec.name;
+  auto pool = st.opts.pool;
+  auto vols = provision::proxy_volumes::of(st.opts.entry, name);
+  link_call<void>(
+    self, st.opts.link, st.opts.call_timeout, "replace " + name,
+    [name, pool, vols](lv::connection& c) {
+      return provision::delete_vm(c, name, pool, vols);
+    },
+    [self] {
+      self->state.busy = false;
+      create(self);
+    },
+    [self](const caf::error& err) {
+      auto before = self->state.status;
+      self->state.busy = false;
+      record_error(self, err, false);
+      publish(self, before);
+    });
+}
+
 void poll(proxy_pointer self) {
   auto& st = self->state;
   if (st.busy || st.erasing)
@@ -322,7 +368,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
   st.name = "proxy/" + st.opts.spec.name;
-  st.spec_hash = spec_hash(st.opts.spec, st.opts.domain_type);
+  st.spec_hash = spec_hash(st.opts.spec, st.opts.domain_type, st.opts.image_sha256);
   st.status.name = st.opts.spec.name;
   st.status.host = st.opts.spec.host;
   // Announce the proxy before its first poll, so status lists it at once.
@@ -348,8 +394,8 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       st.status.phase = proxy_phase::deleting;
       publish(self, before);
       auto name = st.opts.spec.name;
-      // With an image, its overlay and seed go too.
-      auto pool = st.opts.image ? st.opts.pool : std::string{};
+      // Its overlay and seed go too (if it ever had them: missing is fine).
+      auto pool = st.opts.pool;
       auto vols = provision::proxy_volumes::of(st.opts.entry, name);
       link_call<void>(
         self, st.opts.link, st.opts.call_timeout, "delete " + name,

@@ -28,6 +28,7 @@ struct proxy_options {
   image_actor image;      // its base image's cache entry (null: no image)
   std::string pool;       // the host's pool: overlay and seed volumes
   std::string image_format = "qcow2"; // the base image's format (qcow2 or raw)
+  std::string image_sha256;           // its digest: part of the spec hash
   caf::timespan image_timeout = std::chrono::minutes(31); // how long it waits
   status_sink_actor sink; // receives proxy_status on every change (optional)
 };
@@ -52,8 +53,10 @@ using proxy_pointer = proxy_actor::stateful_pointer<proxy_state>;
 
 proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts);
 
-/// sha256 (hex) over everything in the spec that shapes the VM.
-std::string spec_hash(const proxy_spec& spec, const std::string& domain_type);
+/// sha256 (hex) over everything in the spec that shapes the VM, and the
+/// digest of its base image. A change means the VM is replaced.
+std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
+                      const std::string& image_sha256 = {});
 
 /// A fresh random uid for a mark (128 bits, hex).
 std::string new_uid();

@@ -45,4 +45,19 @@ transport_factory transport_for(const host_config& h) {
   return direct(h.uri);
 }
 
+probe::prober_ptr prober_for(const host_config& h) {
+  if (h.transport != "ssh")
+    return probe::direct_tcp();
+  ssh::session_options o;
+  o.host = h.name;
+  o.address = h.address;
+  o.port = static_cast<uint16_t>(h.port);
+  o.user = h.user;
+  o.key_file = h.key_file;
+  o.known_hosts = h.known_hosts;
+  o.connect_timeout = as<std::chrono::milliseconds>(h.connect_timeout);
+  o.tcp_user_timeout = as<std::chrono::milliseconds>(h.tcp_user_timeout);
+  return probe::through_ssh(std::move(o));
+}
+
 } // namespace egress

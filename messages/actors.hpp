@@ -15,6 +15,7 @@
 
 #include "messages/types.hpp"
 #include "messages/vocabulary.hpp"
+#include "runtime/config.hpp"
 
 namespace egress {
 
@@ -49,6 +50,9 @@ struct blocking_work {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_job)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::blocking_work)
+// A whole configuration for a reload: holds durations and paths of this
+// machine, so it is local too (caf-shell asks the node to re-read its file).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::engine_config)
 
 namespace egress {
 
@@ -58,7 +62,11 @@ using link_events_actor = caf::typed_actor<caf::reacts_to<link_down>>;
 /// Receives status snapshots pushed by links and proxies when they change.
 using status_sink_actor = caf::typed_actor<caf::reacts_to<link_status>,
                                            caf::reacts_to<proxy_status>,
-                                           caf::reacts_to<image_status>>;
+                                           caf::reacts_to<image_status>,
+                                           caf::reacts_to<proxy_health>>;
+
+/// Receives every change of the rotation (a proxy joined or left).
+using rotation_events_actor = caf::typed_actor<caf::reacts_to<rotation_event>>;
 
 /// A detached actor that runs one blocking_work and then quits. Its caller
 /// abandons it on timeout; the link's kill is what unblocks the work.
@@ -98,6 +106,23 @@ using image_actor = caf::typed_actor<
   // Internal: the progress tick (rate, ETA, budget) while a fill runs.
   caf::reacts_to<atom::poll>>;
 
+/// One per fleet: probes running proxies and keeps the rotation.
+using health_actor = caf::typed_actor<
+  // What to probe: a proxy's phase and address, as the fleet sees them.
+  caf::reacts_to<proxy_status>,
+  // A dead link takes its host's proxies out of rotation at once.
+  caf::reacts_to<link_status>,
+  // A retired proxy (erased, or gone from the config) leaves at once.
+  caf::reacts_to<atom::forget, std::string>,
+  // Drops (and kills) a host's prober: its settings changed or it was
+  // removed. The next probe of that host builds a new one.
+  caf::reacts_to<atom::kill, std::string>,
+  // Adds a subscriber for rotation events (kept until it terminates).
+  caf::reacts_to<atom::subscribe, rotation_events_actor>,
+  caf::replies_to<atom::status>::with<std::vector<proxy_health>>,
+  // Internal: the probe tick.
+  caf::reacts_to<atom::poll>>;
+
 /// The engine's root: desired state from config, status for everyone.
 using fleet_actor = caf::typed_actor<
   caf::replies_to<atom::status>::with<fleet_status>,
@@ -105,12 +130,26 @@ using fleet_actor = caf::typed_actor<
   caf::replies_to<atom::kill, std::string>::with<link_status>,
   // Deletes one proxy's VM and retires its actor (until the next config).
   caf::replies_to<atom::erase, std::string>::with<proxy_status>,
+  // Applies a new configuration: validated strictly first (an invalid one is
+  // refused with the reason and changes nothing), then only the difference:
+  // new proxies start, removed ones are deleted, changed ones are replaced,
+  // changed hosts get a new link. Answers with a summary of what changed.
+  caf::replies_to<atom::reload, engine_config>::with<std::string>,
+  // Runs garbage collection now on every host (also run after start and
+  // after each reload when engine.gc is on).
+  caf::replies_to<atom::gc>::with<std::vector<gc_report>>,
+  // Internal: the collection schedule (retried until a pass succeeded on
+  // every host, then periodic).
+  caf::reacts_to<atom::gc, atom::poll>,
+  // Adds a subscriber for rotation changes.
+  caf::reacts_to<atom::subscribe, rotation_events_actor>,
   // Stops the engine: links are killed first (so no detached call stays
   // blocked), then proxies and links exit, then the fleet itself.
   caf::replies_to<atom::shutdown>::with<bool>,
   caf::reacts_to<link_down>,
   caf::reacts_to<link_status>,
   caf::reacts_to<proxy_status>,
-  caf::reacts_to<image_status>>;
+  caf::reacts_to<image_status>,
+  caf::reacts_to<proxy_health>>;
 
 } // namespace egress

@@ -40,6 +40,8 @@ struct proxy_spec {
   std::string image; // the declared image its disk is based on ("" = none)
   uint32_t port = 8888;                      // the proxy's port in the VM (seed)
   std::string allow_from = "192.168.122.0/24"; // clients it serves (seed)
+
+  bool operator==(const proxy_spec&) const = default;
 };
 
 template <class Inspector>
@@ -147,13 +149,71 @@ struct proxy_status {
   std::string last_error_kind;
   uint64_t polls = 0;
   uint32_t grace_left = 0; // > 0: running on its last address while reads show none
+  uint64_t replaced = 0;   // times its VM was replaced after a spec change
+  // From the health actor (filled in by the fleet's status):
+  bool in_rotation = false;
+  uint64_t probes_ok = 0;
+  uint64_t probes_failed = 0;
+  int32_t probe_streak = 0;  // > 0: consecutive passes; < 0: consecutive failures
+  std::string last_probe;    // the last probe's outcome, for people
+  uint32_t probe_ms = 0;     // latency of the last passing probe
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, proxy_status& x) {
   return f(caf::meta::type_name("proxy_status"), x.name, x.host, x.phase,
            x.address, x.uid, x.created_at, x.adopted, x.last_error,
-           x.last_error_kind, x.polls, x.grace_left);
+           x.last_error_kind, x.polls, x.grace_left, x.replaced, x.in_rotation,
+           x.probes_ok, x.probes_failed, x.probe_streak, x.last_probe, x.probe_ms);
+}
+
+/// One proxy as the health actor sees it: probe counters and rotation
+/// membership. Pushed to the fleet on every change.
+struct proxy_health {
+  std::string name;
+  std::string host;
+  std::string address; // the address the probes went to
+  bool in_rotation = false;
+  uint64_t probes_ok = 0;
+  uint64_t probes_failed = 0;
+  int32_t streak = 0;
+  std::string last_probe;
+  uint32_t probe_ms = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, proxy_health& x) {
+  return f(caf::meta::type_name("proxy_health"), x.name, x.host, x.address,
+           x.in_rotation, x.probes_ok, x.probes_failed, x.streak, x.last_probe,
+           x.probe_ms);
+}
+
+/// A change of the rotation (the healthy set), for subscribers.
+struct rotation_event {
+  std::string proxy;
+  std::string host;
+  std::string address;
+  bool joined = false; // false: left
+  std::string reason;  // "2 probes passed", "3 probes failed: HTTP 502", "link down: ..."
+  uint32_t size = 0;   // the rotation's size after the change
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rotation_event& x) {
+  return f(caf::meta::type_name("rotation_event"), x.proxy, x.host, x.address,
+           x.joined, x.reason, x.size);
+}
+
+/// What one garbage-collection pass on one host removed.
+struct gc_report {
+  std::string host;
+  std::vector<std::string> domains; // marked with our entry, declared nowhere
+  std::vector<std::string> volumes; // their overlay and seed volumes
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gc_report& x) {
+  return f(caf::meta::type_name("gc_report"), x.host, x.domains, x.volumes);
 }
 
 
@@ -212,11 +272,15 @@ struct fleet_status {
   std::vector<link_status> links;
   std::vector<proxy_status> proxies;
   std::vector<image_status> images;
+  std::vector<std::string> rotation; // the healthy set, sorted by name
+  uint64_t reloads = 0;              // configs applied after the first
+  std::string last_reload;           // "applied: +1 -0 ~2" or the rejection
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
-  return f(caf::meta::type_name("fleet_status"), x.entry, x.links, x.proxies, x.images);
+  return f(caf::meta::type_name("fleet_status"), x.entry, x.links, x.proxies, x.images,
+           x.rotation, x.reloads, x.last_reload);
 }
 
 /// Broadcast by a host link when it dies, before its transport is killed.

@@ -55,7 +55,9 @@ const char* usage_text =
   "  --long-help         CAF's own options (scheduler, logger, middleman)\n"
   "\n"
   "Signals: SIGINT/SIGTERM stop the engine (links are killed first, then the\n"
-  "actors stop, within engine.shutdown-timeout). Exit codes: 0 clean stop,\n"
+  "actors stop, within engine.shutdown-timeout). SIGHUP re-reads FILE and\n"
+  "applies only what changed; an invalid file is refused and changes nothing.\n"
+  "Exit codes: 0 clean stop,\n"
   "1 could not start, 2 usage or configuration error, 3 forced stop.\n"
   "Logs go to stderr (EGRESS_LOG=error|warn|info|debug); the status table to\n"
   "stdout.\n"
@@ -92,6 +94,33 @@ private:
   bool done_ = false;
   std::thread th_;
 };
+
+// SIGHUP: re-reads the file the engine started with, exactly as at start
+// (same arguments, same strict checks) and hands it to the engine, which
+// applies only the difference. A file that does not validate changes
+// nothing; the reasons go to the log.
+void reload(egress::engine& eng, const std::vector<char*>& args) {
+  egress::log::info("caf-run", "SIGHUP: reloading the configuration");
+  caf::actor_system_config cfg;
+  egress::configure(cfg);
+  auto copy = args;
+  if (auto err = cfg.parse(static_cast<int>(copy.size()), copy.data())) {
+    egress::log::error("caf-run", "reload refused, the running fleet is unchanged: cannot parse "
+                                    + cfg.config_file_path + ": " + cfg.render(err));
+    return;
+  }
+  auto next = egress::load_engine_config(cfg);
+  if (!next) {
+    egress::log::error("caf-run", "reload refused, the running fleet is unchanged:\n"
+                                    + egress::detail(next.error()));
+    return;
+  }
+  if (auto r = eng.reload(std::move(*next)); r)
+    egress::log::info("caf-run", "reload applied: " + *r);
+  else
+    egress::log::error("caf-run", "reload refused, the running fleet is unchanged: "
+                                    + egress::render(r.error()));
+}
 
 } // namespace
 
@@ -171,7 +200,7 @@ int main(int argc, char** argv) {
         break;
       }
       if (sig == SIGHUP)
-        egress::log::warn("caf-run", "SIGHUP: live reload is not implemented yet; ignored");
+        reload(*eng, args);
       if (auto st = eng->status(std::chrono::seconds(2))) {
         auto fp = egress::table_fingerprint(*st);
         if (fp != last) {

@@ -165,6 +165,7 @@ constexpr range vcpus_range{1, 64};
 constexpr range memory_mib_range{64, 1'048'576};
 constexpr range port_range{1, 65'535};
 constexpr range keepalive_count_range{1, 100};
+constexpr range probe_count_range{1, 100};
 const std::vector<std::string> known_transports{"direct", "ssh", "local-socket"};
 const std::vector<std::string> known_address_sources{"lease", "agent", "arp"};
 const std::vector<std::string> known_domain_types{"test", "qemu", "kvm"};
@@ -366,7 +367,33 @@ void check_image(problems& out, const std::string& path, const image_config& img
   check_positive(out, at(path, "transfer-budget"), img.transfer_budget);
 }
 
+void check_probe(problems& out, const probe_config& p) {
+  if (p.mode != "http" && p.mode != "tcp" && p.mode != "off")
+    out.add("engine.probe.mode", "expected one of http, tcp, off, got " + lv::quote(p.mode));
+  if (p.mode == "http" && !p.target.starts_with("http://"))
+    out.add("engine.probe.target",
+            p.target.empty() ? std::string{"required with mode \"http\" (an http:// URL the "
+                                           "proxy must fetch)"}
+                             : "expected an http:// URL, got " + lv::quote(p.target));
+  if (p.mode != "http" && !p.target.empty())
+    out.add("engine.probe.target", "only used with mode \"http\" (mode is "
+                                     + lv::quote(p.mode) + ")");
+  bool printable = std::all_of(p.target.begin(), p.target.end(), [](unsigned char c) {
+    return c > 0x20 && c < 0x7f;
+  });
+  if (!printable)
+    out.add("engine.probe.target", "must not contain spaces or control characters");
+  check_positive(out, "engine.probe.interval", p.interval);
+  check_positive(out, "engine.probe.timeout", p.timeout);
+  if (p.timeout > p.interval)
+    out.add("engine.probe.timeout", "must not exceed interval (" + pretty(p.interval)
+                                      + "), got " + pretty(p.timeout));
+  check_range(out, "engine.probe.rise", p.rise, probe_count_range);
+  check_range(out, "engine.probe.fall", p.fall, probe_count_range);
+}
+
 void check_engine(problems& out, const engine_config& cfg) {
+  check_probe(out, cfg.probe);
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
   check_positive(out, "engine.shutdown-timeout", cfg.shutdown_timeout);
@@ -467,6 +494,11 @@ public:
     if (auto x = get<config_value::integer>(key, false, "an integer"))
       if (check_range(out_, path(key), *x, r))
         dst = static_cast<uint32_t>(*x);
+  }
+
+  void read(const std::string& key, bool& dst) {
+    if (auto x = get<config_value::boolean>(key, false, "true or false"))
+      dst = *x;
   }
 
   void read(const std::string& key, uint64_t& dst) {
@@ -660,17 +692,37 @@ image_config read_image(problems& out, const std::string& path, const dict& d) {
   return img;
 }
 
+probe_config read_probe(problems& out, const dict& d) {
+  probe_config p;
+  dict_reader r{out, d, "engine.probe",
+                {"mode", "target", "interval", "timeout", "rise", "fall"}};
+  r.read("target", p.target);
+  // A target alone says what is meant: probe through the proxy.
+  if (!p.target.empty())
+    p.mode = "http";
+  r.read("mode", p.mode);
+  r.read("interval", p.interval);
+  r.read("timeout", p.timeout);
+  r.read("rise", p.rise, probe_count_range);
+  r.read("fall", p.fall, probe_count_range);
+  r.finish();
+  return p;
+}
+
 void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "address-grace", "shutdown-timeout", "redial-min",
-                 "redial-max", "hosts", "images", "proxies"}};
+                 "redial-max", "gc", "probe", "hosts", "images", "proxies"}};
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
   r.read("address-grace", cfg.address_grace, range{0, 1000});
   r.read("shutdown-timeout", cfg.shutdown_timeout);
   r.read("redial-min", cfg.redial_min);
   r.read("redial-max", cfg.redial_max);
+  r.read("gc", cfg.gc);
+  if (auto x = r.get<dict>("probe", false, "a dict like {mode = \"tcp\"}"))
+    cfg.probe = read_probe(out, *x);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));

@@ -49,6 +49,8 @@ struct host_config {
   caf::timespan ssh_keepalive = std::chrono::seconds(1);
   caf::timespan ssh_watchdog = std::chrono::seconds(3);
   caf::timespan tcp_user_timeout = std::chrono::seconds(10);
+
+  bool operator==(const host_config&) const = default;
 };
 
 /// A base image the cache keeps verified in each host's pool that needs it.
@@ -59,6 +61,23 @@ struct image_config {
   uint64_t size = 0;        // bytes; 0 = as the server declares it
   std::string format = "qcow2"; // qcow2, raw, kernel or initrd
   caf::timespan transfer_budget = std::chrono::minutes(30);
+
+  bool operator==(const image_config&) const = default;
+};
+
+/// How the health actor probes proxies (docs/spec.md 12).
+struct probe_config {
+  /// "http": a request through the proxy to `target` must pass; "tcp": the
+  /// proxy's port must accept; "off": no probes, the rotation follows the
+  /// phase (for hosts whose addresses are not real, like the test driver's).
+  std::string mode = "tcp";
+  std::string target;      // http:// URL, required by and only for "http"
+  caf::timespan interval = std::chrono::seconds(5); // between probes of one proxy in rotation
+  caf::timespan timeout = std::chrono::seconds(3);  // bounds one probe
+  uint32_t rise = 2;       // consecutive passes to join the rotation
+  uint32_t fall = 3;       // consecutive failures to leave it
+
+  bool operator==(const probe_config&) const = default;
 };
 
 struct engine_config {
@@ -69,6 +88,11 @@ struct engine_config {
   caf::timespan shutdown_timeout = std::chrono::seconds(10);
   caf::timespan redial_min = std::chrono::milliseconds(500);
   caf::timespan redial_max = std::chrono::seconds(30);
+  /// Delete domains (and their volumes) whose mark names this entry but that
+  /// no proxy declares, on start and after every reload. Unmarked domains
+  /// and other entries' are never touched, whatever this says.
+  bool gc = true;
+  probe_config probe;
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host

@@ -51,6 +51,14 @@ std::string dump_config(const engine_config& cfg) {
   out += "shutdown-timeout = " + duration(cfg.shutdown_timeout) + "\n";
   out += "redial-min = " + duration(cfg.redial_min) + "\n";
   out += "redial-max = " + duration(cfg.redial_max) + "\n";
+  out += std::string{"gc = "} + (cfg.gc ? "true" : "false") + "\n";
+  out += "probe = { mode = " + quoted(cfg.probe.mode);
+  if (!cfg.probe.target.empty())
+    out += ", target = " + quoted(cfg.probe.target);
+  out += ", interval = " + duration(cfg.probe.interval)
+         + ", timeout = " + duration(cfg.probe.timeout)
+         + ", rise = " + std::to_string(cfg.probe.rise)
+         + ", fall = " + std::to_string(cfg.probe.fall) + " }\n";
   out += "hosts = [\n";
   for (auto& h : cfg.hosts) {
     out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
 #include "messages/error.hpp"
 #include "messages/vocabulary.hpp"
@@ -35,6 +36,26 @@ caf::expected<fleet_status> engine::status(caf::timespan timeout) const {
     .receive([&](fleet_status& s) { out = std::move(s); },
              [&](caf::error& err) { out = std::move(err); });
   return out;
+}
+
+caf::expected<std::string> engine::reload(engine_config next, caf::timespan timeout) {
+  // Checked here as well as in the fleet: a caller gets the reasons without
+  // a round trip, and an invalid config never reaches an actor.
+  if (auto err = validate(next))
+    return err;
+  caf::scoped_actor self{*sys_};
+  caf::expected<std::string> out = make_error(ec::shutting_down, "no answer");
+  auto copy = next;
+  self->request(fleet_, timeout, atom::reload_v, std::move(copy))
+    .receive([&](std::string& summary) { out = std::move(summary); },
+             [&](caf::error& err) { out = std::move(err); });
+  if (out)
+    cfg_ = std::move(next);
+  return out;
+}
+
+void engine::subscribe(const rotation_events_actor& who) const {
+  caf::anon_send(fleet_, atom::subscribe_v, who);
 }
 
 caf::error engine::stop(caf::timespan timeout) {

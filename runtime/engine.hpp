@@ -44,6 +44,16 @@ public:
   caf::expected<fleet_status>
   status(caf::timespan timeout = std::chrono::seconds(5)) const;
 
+  /// Applies a new configuration (validated strictly; an invalid one is
+  /// refused with the reason and the running fleet is untouched). Returns
+  /// the summary of what changed. Blocking: not from an actor (an actor
+  /// sends atom::reload to fleet() itself).
+  caf::expected<std::string> reload(engine_config next,
+                                    caf::timespan timeout = std::chrono::seconds(10));
+
+  /// Subscribes `who` to rotation changes (rotation_event).
+  void subscribe(const rotation_events_actor& who) const;
+
   /// Kills the links, stops the fleet and waits until it is gone, at most
   /// `timeout` (default: the config's shutdown-timeout).
   caf::error stop(caf::timespan timeout = caf::timespan{0});

@@ -62,12 +62,20 @@ std::string render_table(const fleet_status& st, std::time_t now) {
     out += "\n";
   }
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"PROXY", "HOST", "STATE", "ADDRESS", "AGE", "LAST ERROR"});
+  rows.push_back({"PROXY", "HOST", "STATE", "ADDRESS", "AGE", "ROTATION", "PROBES",
+                  "LAST ERROR"});
   for (auto& p : st.proxies)
     rows.push_back({p.name, p.host, to_string(p.phase),
                     p.address.empty() ? "-" : p.address,
                     age_text(p.created_at.empty() ? -1 : parse_rfc3339(p.created_at), now),
-                    p.last_error});
+                    p.in_rotation ? "in" : "out",
+                    std::to_string(p.probes_ok) + " ok/" + std::to_string(p.probes_failed)
+                      + " failed",
+                    p.last_error.empty() && !p.in_rotation && p.probe_streak < 0
+                      ? "probe " + p.last_probe
+                      : p.last_error});
+  out += "rotation: " + std::to_string(st.rotation.size()) + " of "
+         + std::to_string(st.proxies.size()) + " proxy(ies)\n";
   std::vector<size_t> width(rows.front().size(), 0);
   for (auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i)
@@ -95,7 +103,7 @@ std::string table_fingerprint(const fleet_status& st) {
            + i.last_error + "\n";
   for (auto& p : st.proxies)
     out += p.name + "|" + p.host + "|" + to_string(p.phase) + "|" + p.address + "|"
-           + p.last_error + "\n";
+           + p.last_error + "|" + (p.in_rotation ? "in" : "out") + "\n";
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <sstream>
+#include <string_view>
 
 #include <libvirt/virterror.h>
 #include <pugixml.hpp>
@@ -212,6 +213,30 @@ caf::error delete_volume(connection& c, const std::string& pool, const std::stri
     return is(err, ec::no_volume) ? caf::error{} : err; // deleted meanwhile
   }
   return {};
+}
+
+caf::expected<std::vector<std::string>> list_volumes(connection& c, const std::string& pool,
+                                                     const std::string& prefix) {
+  if (auto err = check_name("pool", pool))
+    return err;
+  auto what = "list volumes of " + pool;
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  virStorageVolPtr* vols = nullptr;
+  int n = virStoragePoolListAllVolumes(p->get(), &vols, 0);
+  if (n < 0)
+    return last_error(what);
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    volume_ptr v{vols[i]}; // takes the reference
+    if (const char* name = virStorageVolGetName(v.get());
+        name != nullptr && std::string_view{name}.starts_with(prefix))
+      out.emplace_back(name);
+  }
+  free(vols);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 caf::error upload_volume(connection& c, virStorageVolPtr vol, uint64_t offset,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
@@ -33,6 +34,12 @@ caf::expected<volume_ptr> create_volume(connection& c, const std::string& pool,
 /// pool is ec::no_pool.
 caf::error delete_volume(connection& c, const std::string& pool,
                          const std::string& name);
+
+/// Names of the volumes in `pool` that start with `prefix` (sorted). Reads
+/// the pool's list as libvirt has it (no refresh). A missing pool is
+/// ec::no_pool.
+caf::expected<std::vector<std::string>> list_volumes(connection& c, const std::string& pool,
+                                                     const std::string& prefix);
 
 /// The image source of an upload: fills `buf` with up to `cap` bytes and
 /// returns how many it wrote; 0 means the source has ended. An error aborts

@@ -82,9 +82,11 @@ caf::error delete_vm(lv::connection& c, const std::string& name, const std::stri
     return err;
   if (pool.empty())
     return {};
-  if (auto err = lv::delete_volume(c, pool, volumes.disk))
-    return err;
-  return lv::delete_volume(c, pool, volumes.seed);
+  // A pool that does not exist holds no volumes of ours: nothing to delete.
+  auto err = lv::delete_volume(c, pool, volumes.disk);
+  if (!err)
+    err = lv::delete_volume(c, pool, volumes.seed);
+  return is(err, ec::no_pool) ? caf::error{} : err;
 }
 
 } // namespace egress::provision

@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* engine_keys =
-  "entry, poll-interval, address-grace, shutdown-timeout, redial-min, redial-max, hosts, images, "
-  "proxies";
+  "entry, poll-interval, address-grace, shutdown-timeout, redial-min, redial-max, gc, probe, "
+  "hosts, images, proxies";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from";
 
@@ -680,6 +680,45 @@ BOOST_AUTO_TEST_CASE(proxy_seed_settings_are_checked) {
                       + line("engine.proxies[0].allow-from",
                              "\"10.0.0.0\" is not an address with a prefix length "
                              "(e.g. 10.0.0.0/8 or fd00::/64)"));
+}
+
+BOOST_AUTO_TEST_CASE(probe_settings_load_with_defaults_and_a_target_means_http) {
+  auto plain = load(minimal);
+  BOOST_REQUIRE(plain);
+  BOOST_CHECK_EQUAL(plain->probe.mode, "tcp");
+  BOOST_CHECK(plain->probe.interval == 5s);
+  BOOST_CHECK_EQUAL(plain->probe.rise, 2u);
+  BOOST_CHECK_EQUAL(plain->probe.fall, 3u);
+  BOOST_CHECK(plain->gc);
+  auto http = load(std::string{minimal}
+                   + "gc = false\nprobe = { target = \"http://10.0.0.1/x\", rise = 1 }\n");
+  BOOST_REQUIRE(http);
+  BOOST_CHECK_EQUAL(http->probe.mode, "http");
+  BOOST_CHECK_EQUAL(http->probe.target, "http://10.0.0.1/x");
+  BOOST_CHECK_EQUAL(http->probe.rise, 1u);
+  BOOST_CHECK(!http->gc);
+}
+
+BOOST_AUTO_TEST_CASE(bad_probe_settings_are_reported_by_key) {
+  BOOST_CHECK_EQUAL(problems(std::string{minimal}
+                             + "probe = { mode = \"icmp\", intervall = 5s, rise = 0,"
+                               " timeout = 9s, target = \"10.0.0.1\" }\n"),
+                    line("engine.probe.rise", "must be between 1 and 100, got 0") + "\n"
+                      + line("engine.probe.intervall",
+                             "unknown key (known keys: mode, target, interval, timeout, "
+                             "rise, fall)")
+                      + "\n"
+                      + line("engine.probe.mode", "expected one of http, tcp, off, got \"icmp\"")
+                      + "\n"
+                      + line("engine.probe.target", "only used with mode \"http\" (mode is "
+                                                    "\"icmp\")")
+                      + "\n"
+                      + line("engine.probe.timeout", "must not exceed interval (5s), got 9s"));
+  BOOST_CHECK_EQUAL(problems(std::string{minimal} + "probe = { mode = \"http\" }\n"),
+                    line("engine.probe.target", "required with mode \"http\" (an http:// URL "
+                                                "the proxy must fetch)"));
+  BOOST_CHECK_EQUAL(problems(std::string{minimal} + "gc = \"yes\"\n"),
+                    line("engine.gc", "expected true or false, got string \"yes\""));
 }
 
 BOOST_AUTO_TEST_CASE(address_sources) {

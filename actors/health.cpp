@@ -1,0 +1,282 @@
+#include "actors/health.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "actors/call.hpp"
+#include "messages/error.hpp"
+#include "runtime/log.hpp"
+
+namespace egress {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// One host's batch: every due proxy of that host, probed one after the other
+// through the host's prober. Results travel back as this, inside std::any.
+struct batch_item {
+  std::string proxy;
+  std::string address;
+  caf::expected<probe::outcome> result{probe::outcome{}};
+};
+using batch = std::vector<batch_item>;
+
+std::pair<std::string, uint16_t> split_endpoint(const std::string& ep) {
+  auto colon = ep.rfind(':');
+  auto host = ep.substr(0, colon);
+  if (host.size() > 1 && host.front() == '[')
+    host = host.substr(1, host.size() - 2);
+  return {host, static_cast<uint16_t>(std::stoul(ep.substr(colon + 1)))};
+}
+
+void push(health_pointer self, const health_target& t) {
+  if (self->state.opts.sink)
+    self->send(self->state.opts.sink, t.view);
+}
+
+void announce(health_pointer self, const health_target& t, bool joined,
+              std::string reason) {
+  auto& st = self->state;
+  if (joined)
+    ++st.rotation_size;
+  else
+    --st.rotation_size;
+  rotation_event ev{t.view.name, t.view.host, t.view.address, joined, reason,
+                    st.rotation_size};
+  log::info("health", t.view.name + (joined ? " joined" : " left") + " the rotation ("
+                        + reason + "); rotation size " + std::to_string(st.rotation_size));
+  for (auto& s : st.subscribers)
+    self->send(s, ev);
+}
+
+void join(health_pointer self, health_target& t, std::string reason) {
+  if (t.view.in_rotation)
+    return;
+  t.view.in_rotation = true;
+  announce(self, t, true, std::move(reason));
+}
+
+void leave(health_pointer self, health_target& t, std::string reason) {
+  if (!t.view.in_rotation)
+    return;
+  t.view.in_rotation = false;
+  announce(self, t, false, std::move(reason));
+}
+
+caf::timespan next_probe_in(const health_state& st, const health_target& t) {
+  if (t.view.in_rotation)
+    return st.opts.probe.interval;
+  return std::min(st.opts.probe.interval, st.opts.join_interval);
+}
+
+std::string describe(const probe::outcome& o) {
+  if (o.ok)
+    return "ok in " + std::to_string(o.latency.count() / 1000) + " ms"
+           + (o.http_status ? " (HTTP " + std::to_string(o.http_status) + ")" : "");
+  return o.stage + ": " + o.detail;
+}
+
+// One proxy's verdict, from its own probe only (invariant 12): nothing here
+// looks at another proxy.
+void judge(health_pointer self, health_target& t, const caf::expected<probe::outcome>& r) {
+  auto& st = self->state;
+  auto& v = t.view;
+  bool ok = r && r->ok;
+  v.last_probe = r ? describe(*r) : "route: " + render(r.error());
+  if (ok) {
+    ++v.probes_ok;
+    v.streak = std::max(v.streak, 0) + 1;
+    v.probe_ms = static_cast<uint32_t>(r->latency.count() / 1000);
+    if (t.eligible && static_cast<uint32_t>(v.streak) >= st.opts.probe.rise)
+      join(self, t, std::to_string(v.streak) + " probe(s) passed, last " + v.last_probe);
+  } else {
+    ++v.probes_failed;
+    v.streak = std::min(v.streak, 0) - 1;
+    if (static_cast<uint32_t>(-v.streak) >= st.opts.probe.fall)
+      leave(self, t, std::to_string(-v.streak) + " probe(s) failed, last " + v.last_probe);
+  }
+  t.next_due = clock::now() + next_probe_in(st, t);
+  push(self, t);
+}
+
+void on_batch(health_pointer self, const std::string& host, batch& results) {
+  auto& st = self->state;
+  st.hosts[host].in_flight = false;
+  for (auto& item : results) {
+    auto i = st.targets.find(item.proxy);
+    if (i == st.targets.end())
+      continue;
+    i->second.in_flight = false;
+    // A result for an address the proxy no longer has says nothing about it.
+    if (i->second.eligible && i->second.view.address == item.address)
+      judge(self, i->second, item.result);
+  }
+}
+
+void start_batch(health_pointer self, const std::string& host, health_host& h,
+                 std::vector<health_target*>& due) {
+  auto& st = self->state;
+  if (!h.prober)
+    h.prober = st.opts.prober_for(host);
+  auto items = std::make_shared<batch>();
+  for (auto* t : due) {
+    t->in_flight = true;
+    items->push_back({t->view.name, t->view.address, probe::outcome{}});
+  }
+  h.in_flight = true;
+  auto prober = h.prober;
+  auto settings = probe::settings{st.opts.probe.mode == "http" ? st.opts.probe.target
+                                                               : std::string{},
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    st.opts.probe.timeout)};
+  blocking_work work{"probe " + std::to_string(items->size()) + " proxy(ies)",
+                     [prober, items, settings]() -> caf::expected<std::any> {
+                       for (auto& it : *items) {
+                         auto [ip, port] = split_endpoint(it.address);
+                         it.result = prober->probe(ip, port, settings);
+                       }
+                       return std::any{std::move(*items)};
+                     }};
+  // Each probe is bounded by its timeout; the batch by their sum and slack.
+  // Past that the prober is killed (its socket shut down), which ends
+  // whatever probe is blocked; the batch's proxies count one failure each.
+  auto bound = (st.opts.probe.timeout + std::chrono::milliseconds(500))
+                 * static_cast<int64_t>(items->size())
+               + std::chrono::seconds(1);
+  auto call = spawn_call(self->system(), host, std::move(work));
+  auto names = *items;
+  self->request(call, bound, atom::run_v)
+    .then(
+      [self, host](call_result& r) {
+        auto* b = std::any_cast<batch>(&r.value);
+        if (b)
+          on_batch(self, host, *b);
+      },
+      [self, host, names, prober](caf::error& err) {
+        prober->kill();
+        auto failed = names;
+        for (auto& it : failed)
+          it.result = make_error(ec::ssh_failed, "probe batch abandoned: " + render(err));
+        on_batch(self, host, failed);
+      });
+}
+
+void tick(health_pointer self) {
+  auto& st = self->state;
+  auto now = clock::now();
+  std::map<std::string, std::vector<health_target*>> due;
+  for (auto& [_, t] : st.targets)
+    if (t.eligible && !t.in_flight && t.next_due <= now)
+      due[t.view.host].push_back(&t);
+  for (auto& [host, ts] : due) {
+    auto& h = st.hosts[host];
+    if (h.in_flight || h.link_dead)
+      continue;
+    start_batch(self, host, h, ts);
+  }
+}
+
+// `s.address` is the proxy's endpoint here (see endpoint_of in fleet.cpp).
+void update_target(health_pointer self, const proxy_status& s) {
+  auto& st = self->state;
+  auto& t = st.targets[s.name];
+  t.view.name = s.name;
+  t.view.host = s.host;
+  bool link_dead = st.hosts[s.host].link_dead;
+  bool running = s.phase == proxy_phase::running && !s.address.empty();
+  if (t.view.address != s.address && t.view.in_rotation)
+    leave(self, t, "its address changed from " + t.view.address + " to "
+                     + (s.address.empty() ? std::string{"none"} : s.address));
+  if (t.view.address != s.address) {
+    t.view.address = s.address;
+    t.view.streak = 0;
+    t.next_due = clock::now();
+  }
+  bool was = t.eligible;
+  t.running = running;
+  t.eligible = running && !link_dead;
+  if (!t.eligible)
+    leave(self, t, std::string{"phase "} + to_string(s.phase)
+                     + (link_dead ? " on a dead link" : ""));
+  if (st.opts.probe.mode == "off" && t.eligible)
+    join(self, t, "running at " + s.address + " (probes off)");
+  if (was != t.eligible)
+    push(self, t);
+}
+
+} // namespace
+
+health_actor::behavior_type make_health(health_pointer self, health_options opts) {
+  self->state.opts = std::move(opts);
+  if (self->state.opts.probe.mode != "off")
+    self->send(self, atom::poll_v);
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    auto& subs = self->state.subscribers;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const rotation_events_actor& s) {
+                                return s.address() == msg.source;
+                              }),
+               subs.end());
+  });
+  return {
+    [self](proxy_status& s) { update_target(self, s); },
+    [self](link_status& s) {
+      auto& st = self->state;
+      auto& h = st.hosts[s.host];
+      bool dead = s.state == link_state::dead;
+      if (dead == h.link_dead)
+        return;
+      h.link_dead = dead;
+      for (auto& [_, t] : st.targets) {
+        if (t.view.host != s.host)
+          continue;
+        if (dead) {
+          // No effective host: nobody can tell whether it still serves.
+          leave(self, t, "link down: " + s.reason);
+          t.eligible = false;
+          t.view.streak = 0;
+        } else {
+          t.eligible = t.running;
+          t.next_due = clock::now();
+          if (st.opts.probe.mode == "off" && t.eligible)
+            join(self, t, "link up (probes off)");
+        }
+        push(self, t);
+      }
+    },
+    [self](atom::forget, const std::string& name) {
+      auto& st = self->state;
+      auto i = st.targets.find(name);
+      if (i == st.targets.end())
+        return;
+      leave(self, i->second, "retired");
+      st.targets.erase(i);
+    },
+    [self](atom::kill, const std::string& host) {
+      auto i = self->state.hosts.find(host);
+      if (i == self->state.hosts.end())
+        return;
+      if (i->second.prober)
+        i->second.prober->kill();
+      // A batch in flight keeps its own reference and ends on the kill.
+      i->second.prober = nullptr;
+    },
+    [self](atom::subscribe, rotation_events_actor& s) {
+      self->monitor(s);
+      self->state.subscribers.push_back(std::move(s));
+    },
+    [self](atom::status) {
+      std::vector<proxy_health> out;
+      for (auto& [_, t] : self->state.targets)
+        out.push_back(t.view);
+      return out;
+    },
+    [self](atom::poll) {
+      tick(self);
+      self->delayed_send(self, self->state.opts.tick, atom::poll_v);
+    },
+  };
+}
+
+} // namespace egress
