@@ -215,9 +215,11 @@ void retire_proxy(fleet_pointer self, const std::string& name) {
   self->send(st.health, atom::forget_v, name);
 }
 
-probe::prober_ptr no_prober(const std::string& host) {
-  log::error("health", "no prober for host \"" + host + "\" (removed?)");
-  return probe::direct_tcp();
+// The test driver invents addresses (192.168.122.x): a probe from the engine
+// would reach whatever really answers there. Behind an ssh transport the
+// probe runs on that host (a test bed's namespace), where it may be real.
+bool probes_make_sense(const host_config& h) {
+  return !(h.domain_type == "test" && h.transport == "direct");
 }
 
 void spawn_health(fleet_pointer self) {
@@ -232,10 +234,10 @@ void spawn_health(fleet_pointer self) {
       std::lock_guard<std::mutex> guard{book->mtx};
       auto i = book->hosts.find(host);
       if (i == book->hosts.end())
-        return no_prober(host);
+        return probe::prober_ptr{}; // retired meanwhile: nothing to probe
       h = i->second;
     }
-    return make(h);
+    return probes_make_sense(h) ? make(h) : probe::prober_ptr{};
   };
   st.health = self->spawn(make_health, std::move(o));
   self->monitor(st.health);

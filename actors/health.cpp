@@ -114,11 +114,25 @@ void on_batch(health_pointer self, const std::string& host, batch& results) {
   }
 }
 
+// The host's entry, with its prober resolved on first use.
+health_host& host_entry(health_pointer self, const std::string& host) {
+  auto& st = self->state;
+  auto& h = st.hosts[host];
+  if (!h.resolved && st.opts.probe.mode != "off") {
+    h.resolved = true;
+    h.prober = st.opts.prober_for(host);
+  }
+  return h;
+}
+
+// Whether this host's proxies join on their phase alone.
+bool unprobed(health_pointer self, const std::string& host) {
+  return self->state.opts.probe.mode == "off" || !host_entry(self, host).prober;
+}
+
 void start_batch(health_pointer self, const std::string& host, health_host& h,
                  std::vector<health_target*>& due) {
   auto& st = self->state;
-  if (!h.prober)
-    h.prober = st.opts.prober_for(host);
   auto items = std::make_shared<batch>();
   for (auto* t : due) {
     t->in_flight = true;
@@ -170,8 +184,8 @@ void tick(health_pointer self) {
     if (t.eligible && !t.in_flight && t.next_due <= now)
       due[t.view.host].push_back(&t);
   for (auto& [host, ts] : due) {
-    auto& h = st.hosts[host];
-    if (h.in_flight || h.link_dead)
+    auto& h = host_entry(self, host);
+    if (h.in_flight || h.link_dead || !h.prober)
       continue;
     start_batch(self, host, h, ts);
   }
@@ -199,8 +213,8 @@ void update_target(health_pointer self, const proxy_status& s) {
   if (!t.eligible)
     leave(self, t, std::string{"phase "} + to_string(s.phase)
                      + (link_dead ? " on a dead link" : ""));
-  if (st.opts.probe.mode == "off" && t.eligible)
-    join(self, t, "running at " + s.address + " (probes off)");
+  if (t.eligible && unprobed(self, s.host))
+    join(self, t, "running at " + s.address + " (not probed)");
   if (was != t.eligible)
     push(self, t);
 }
@@ -239,8 +253,8 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
         } else {
           t.eligible = t.running;
           t.next_due = clock::now();
-          if (st.opts.probe.mode == "off" && t.eligible)
-            join(self, t, "link up (probes off)");
+          if (t.eligible && unprobed(self, s.host))
+            join(self, t, "link up (not probed)");
         }
         push(self, t);
       }
@@ -261,6 +275,7 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
         i->second.prober->kill();
       // A batch in flight keeps its own reference and ends on the kill.
       i->second.prober = nullptr;
+      i->second.resolved = false;
     },
     [self](atom::subscribe, rotation_events_actor& s) {
       self->monitor(s);

@@ -31,7 +31,9 @@ namespace egress {
 
 struct health_options {
   probe_config probe;
-  /// Builds the prober of one host; called once per host, on its first probe.
+  /// Builds the prober of one host; called once per host, when its first
+  /// proxy runs. nullptr: the host's proxies are not probed and the rotation
+  /// follows their phase (the test driver's made-up addresses, see fleet.cpp).
   std::function<probe::prober_ptr(const std::string& host)> prober_for;
   caf::timespan tick = std::chrono::milliseconds(250);
   /// How often a proxy outside the rotation is probed (at most the probe
@@ -49,6 +51,7 @@ struct health_target {
 };
 
 struct health_host {
+  bool resolved = false; // prober_for was asked
   probe::prober_ptr prober;
   bool in_flight = false;
   bool link_dead = false;

@@ -231,26 +231,34 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
   return r;
 }
 
-caf::error suspend_domain(connection& c, const std::string& name) {
-  auto dom = lookup(c, name, "suspend " + name);
+namespace {
+
+// One state change of an existing domain: virDomainSuspend, -Resume, -Destroy.
+caf::error change_state(connection& c, const std::string& name, const char* verb,
+                        int (*op)(virDomainPtr)) {
+  auto what = std::string{verb} + " " + name;
+  auto dom = lookup(c, name, what);
   if (!dom)
     return dom.error();
   if (!*dom)
-    return make_error(ec::no_domain, "suspend " + name + ": no such domain");
-  if (virDomainSuspend(dom->get()) < 0)
-    return last_error("suspend " + name);
+    return make_error(ec::no_domain, what + ": no such domain");
+  if (op(dom->get()) < 0)
+    return last_error(what);
   return {};
 }
 
+} // namespace
+
+caf::error suspend_domain(connection& c, const std::string& name) {
+  return change_state(c, name, "suspend", virDomainSuspend);
+}
+
 caf::error resume_domain(connection& c, const std::string& name) {
-  auto dom = lookup(c, name, "resume " + name);
-  if (!dom)
-    return dom.error();
-  if (!*dom)
-    return make_error(ec::no_domain, "resume " + name + ": no such domain");
-  if (virDomainResume(dom->get()) < 0)
-    return last_error("resume " + name);
-  return {};
+  return change_state(c, name, "resume", virDomainResume);
+}
+
+caf::error destroy_domain(connection& c, const std::string& name) {
+  return change_state(c, name, "destroy", virDomainDestroy);
 }
 
 caf::error start_domain(connection& c, const std::string& name) {

@@ -48,6 +48,10 @@ caf::error start_domain(connection& c, const std::string& name);
 caf::error suspend_domain(connection& c, const std::string& name);
 caf::error resume_domain(connection& c, const std::string& name);
 
+/// Stops a running domain hard (virDomainDestroy) and keeps its definition:
+/// what an out-of-band `virsh destroy` does (tests, tools).
+caf::error destroy_domain(connection& c, const std::string& name);
+
 /// Destroys (if running) and undefines the domain. A domain that does not
 /// exist is success (the goal state is reached).
 caf::error delete_domain(connection& c, const std::string& name);

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <thread>
 
 #include <boost/test/unit_test.hpp>
@@ -113,6 +115,35 @@ struct stop_on_exit {
       eng->stop();
   }
 };
+
+/// Records every rotation event it receives (for tests that check who
+/// joined and who left, in order).
+struct rotation_log {
+  std::mutex mtx;
+  std::vector<rotation_event> events;
+
+  std::vector<rotation_event> snapshot() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return events;
+  }
+
+  /// How many times `proxy` left (or, with joined, joined) the rotation.
+  size_t count(const std::string& proxy, bool joined) {
+    size_t n = 0;
+    for (auto& e : snapshot())
+      if (e.proxy == proxy && e.joined == joined)
+        ++n;
+    return n;
+  }
+};
+
+inline rotation_events_actor::behavior_type
+rotation_recorder(rotation_events_actor::pointer, std::shared_ptr<rotation_log> log) {
+  return {[log](rotation_event& e) {
+    std::lock_guard<std::mutex> guard{log->mtx};
+    log->events.push_back(std::move(e));
+  }};
+}
 
 struct engine_fixture {
   static caf::actor_system_config& init(caf::actor_system_config& cfg) {

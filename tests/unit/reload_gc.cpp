@@ -1,0 +1,246 @@
+// The fleet's life after start, on libvirt's in-process test driver: live
+// reload (only the difference is applied; a bad config changes nothing),
+// replace on a spec change, garbage collection by mark, and the rotation
+// when probes are off (test-driver addresses are made up, so membership
+// follows the phase; the probed rotation is tests/integration/rotation.cpp).
+#define BOOST_TEST_MODULE reload_gc
+#include <boost/test/unit_test.hpp>
+
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include "actors/proxy.hpp"
+#include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "providers/libvirt/domains.hpp"
+#include "support/engine_fixture.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+
+namespace {
+
+lv::connection_ptr witness() {
+  auto c = lv::connection::open("test:///default");
+  if (!c)
+    BOOST_FAIL(render(c.error()));
+  return *c;
+}
+
+engine_config fleet_of(std::string entry, std::vector<std::string> names) {
+  auto cfg = test::test_config(std::move(entry));
+  cfg.hosts.push_back(test::test_host("hv1"));
+  for (auto& n : names)
+    cfg.proxies.push_back(test::test_proxy(n, "hv1"));
+  return cfg;
+}
+
+// A domain made behind the engine's back, marked with `entry`.
+void plant(lv::connection& c, const std::string& name, const std::string& entry) {
+  domain_spec s;
+  s.name = name;
+  s.domain_type = "test";
+  s.network = "default";
+  s.mark.uid = new_uid();
+  s.mark.created_at = now_rfc3339();
+  s.mark.entry = entry;
+  s.mark.spec_hash = "00";
+  auto r = lv::define_and_start(c, s);
+  if (!r)
+    BOOST_FAIL(render(r.error()));
+}
+
+bool exists(lv::connection& c, const std::string& name) {
+  auto r = lv::read_domain(c, name, {});
+  return r && r->exists;
+}
+
+std::map<std::string, std::string> uids(const fleet_status& st) {
+  std::map<std::string, std::string> out;
+  for (auto& p : st.proxies)
+    out[p.name] = p.uid;
+  return out;
+}
+
+std::vector<gc_report> run_gc(caf::actor_system& sys, engine& eng) {
+  caf::scoped_actor self{sys};
+  std::vector<gc_report> out;
+  self->request(eng.fleet(), 10s, atom::gc_v)
+    .receive([&](std::vector<gc_report>& r) { out = std::move(r); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  return out;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(reload_gc_suite, test::engine_fixture)
+
+// Invariant 16's other half: only what carries our entry's mark and is
+// declared nowhere is collected; the unmarked and other entries' stay.
+BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
+  auto w = witness();
+  plant(*w, "orphan-1", "gc");
+  plant(*w, "theirs-1", "someone-else");
+  auto eng = engine::start(*sys, fleet_of("gc", {"px-a"}));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }));
+  // The pass at start runs on its own; an explicit one reports nothing new.
+  BOOST_CHECK(test::eventually([&] { return !exists(*w, "orphan-1"); }, 5s));
+  auto reports = run_gc(*sys, *eng);
+  BOOST_REQUIRE_EQUAL(reports.size(), 1u);
+  BOOST_CHECK(reports[0].domains.empty());
+  BOOST_CHECK(exists(*w, "px-a"));
+  BOOST_CHECK(exists(*w, "theirs-1"));
+  BOOST_CHECK(exists(*w, "test")); // the driver's own, unmarked
+  BOOST_REQUIRE(!eng->stop());
+  for (auto n : {"px-a", "theirs-1"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
+}
+
+BOOST_AUTO_TEST_CASE(gc_off_collects_nothing) {
+  auto w = witness();
+  plant(*w, "orphan-2", "nogc");
+  auto cfg = fleet_of("nogc", {"px-b"});
+  cfg.gc = false;
+  auto eng = engine::start(*sys, cfg);
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }));
+  std::this_thread::sleep_for(300ms);
+  BOOST_CHECK(exists(*w, "orphan-2"));
+  BOOST_REQUIRE(!eng->stop());
+  for (auto n : {"px-b", "orphan-2"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
+}
+
+// A reload applies only the difference: the unchanged proxy keeps its VM
+// and its place in the rotation throughout; the changed one is replaced
+// (new uid); the removed one's VM is collected; the new one is created.
+BOOST_AUTO_TEST_CASE(reload_adds_changes_and_removes_only_what_differs) {
+  auto w = witness();
+  auto eng = engine::start(*sys, fleet_of("reload", {"rl-1", "rl-2", "rl-3"}));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  auto events = std::make_shared<test::rotation_log>();
+  auto recorder = sys->spawn(test::rotation_recorder, events);
+  eng->subscribe(recorder);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) {
+    return all_running(st, 3) && st.rotation.size() == 3;
+  }));
+  auto before = uids(*eng->status());
+  auto next = fleet_of("reload", {"rl-1", "rl-2", "rl-4"});
+  next.proxies[1].vcpus = 2; // rl-2 changes shape
+  auto summary = eng->reload(next);
+  if (!summary)
+    BOOST_FAIL(render(summary.error()));
+  BOOST_CHECK_EQUAL(*summary, "proxies +1 -1 ~1");
+  BOOST_REQUIRE(wait_status(*eng, [&](const fleet_status& st) {
+    auto p2 = find(st, "rl-2");
+    return all_running(st, 3) && st.rotation.size() == 3 && !find(st, "rl-3") && p2
+           && p2->uid != before["rl-2"];
+  }));
+  auto st = *eng->status();
+  BOOST_CHECK_EQUAL(find(st, "rl-1")->uid, before["rl-1"]);
+  BOOST_CHECK_EQUAL(find(st, "rl-2")->replaced, 1u);
+  BOOST_CHECK_EQUAL(st.reloads, 1u);
+  BOOST_CHECK_EQUAL(st.last_reload, "applied: proxies +1 -1 ~1");
+  BOOST_CHECK(test::eventually([&] { return !exists(*w, "rl-3"); }, 5s));
+  BOOST_CHECK_EQUAL(events->count("rl-1", false), 0u); // never left
+  BOOST_CHECK_EQUAL(events->count("rl-3", false), 1u);
+  BOOST_CHECK_EQUAL(events->count("rl-4", true), 1u);
+  // The replaced VM really has the new shape.
+  auto r = lv::read_domain(*w, "rl-2", {});
+  BOOST_REQUIRE(r && r->has_mark);
+  BOOST_CHECK_EQUAL(r->mark.spec_hash, spec_hash(next.proxies[1], "test"));
+  BOOST_REQUIRE(!eng->stop());
+  caf::anon_send_exit(recorder, caf::exit_reason::user_shutdown);
+  for (auto n : {"rl-1", "rl-2", "rl-4"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_reload_is_refused_with_the_reason_and_changes_nothing) {
+  auto w = witness();
+  auto eng = engine::start(*sys, fleet_of("badreload", {"br-1", "br-2"}));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 2); }));
+  auto before = uids(*eng->status());
+  auto bad = fleet_of("badreload", {"br-1", "Br_2"});
+  bad.proxies.push_back(test::test_proxy("br-3", "nowhere"));
+  auto r = eng->reload(bad);
+  BOOST_REQUIRE(!r);
+  BOOST_CHECK(r.error() == ec::config_invalid);
+  auto text = render(r.error());
+  BOOST_CHECK_MESSAGE(text.find("engine.proxies[1].name") != std::string::npos, text);
+  BOOST_CHECK_MESSAGE(text.find("undeclared host \"nowhere\"") != std::string::npos, text);
+  auto moved = fleet_of("elsewhere", {"br-1", "br-2"});
+  auto r2 = eng->reload(moved);
+  BOOST_REQUIRE(!r2);
+  BOOST_CHECK_MESSAGE(render(r2.error()).find("engine.entry: cannot change") != std::string::npos,
+                      render(r2.error()));
+  std::this_thread::sleep_for(300ms);
+  auto st = *eng->status();
+  BOOST_CHECK(uids(st) == before);
+  BOOST_CHECK(all_running(st, 2));
+  BOOST_CHECK_EQUAL(st.reloads, 0u);
+  BOOST_CHECK(st.last_reload.starts_with("rejected: "));
+  BOOST_CHECK(exists(*w, "br-2"));
+  BOOST_REQUIRE(!eng->stop());
+  for (auto n : {"br-1", "br-2"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
+}
+
+// An engine restarted with a changed spec replaces the VM it finds (the mark's
+// spec hash differs) instead of adopting it.
+BOOST_AUTO_TEST_CASE(a_changed_spec_found_at_start_is_replaced) {
+  auto w = witness();
+  std::string first_uid;
+  {
+    auto eng = engine::start(*sys, fleet_of("respec", {"rs-1"}));
+    test::stop_on_exit guard{eng};
+    BOOST_REQUIRE(eng);
+    BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }));
+    first_uid = eng->status()->proxies.front().uid;
+    BOOST_REQUIRE(!eng->stop());
+  }
+  auto cfg = fleet_of("respec", {"rs-1"});
+  cfg.proxies[0].memory_mib = 256;
+  auto eng = engine::start(*sys, cfg);
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [&](auto& st) {
+    return all_running(st, 1) && st.proxies.front().uid != first_uid;
+  }));
+  auto p = eng->status()->proxies.front();
+  BOOST_CHECK(!p.adopted);
+  BOOST_CHECK_EQUAL(p.replaced, 1u);
+  BOOST_REQUIRE(!eng->stop());
+  BOOST_CHECK(!lv::delete_domain(*w, "rs-1"));
+}
+
+// Invariant 12 with probes off: a proxy destroyed out of band leaves the
+// rotation, is repaired (restart policy) and joins again; the others never
+// leave.
+BOOST_AUTO_TEST_CASE(spec_12_an_out_of_band_destroy_removes_only_that_proxy) {
+  auto w = witness();
+  auto eng = engine::start(*sys, fleet_of("oob", {"ob-1", "ob-2", "ob-3"}));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  auto events = std::make_shared<test::rotation_log>();
+  auto recorder = sys->spawn(test::rotation_recorder, events);
+  eng->subscribe(recorder);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return st.rotation.size() == 3; }));
+  BOOST_REQUIRE(!lv::destroy_domain(*w, "ob-2"));
+  BOOST_REQUIRE(test::eventually([&] { return events->count("ob-2", false) == 1; }, 10s));
+  BOOST_REQUIRE(test::eventually([&] { return events->count("ob-2", true) == 2; }, 10s));
+  BOOST_CHECK_EQUAL(events->count("ob-1", false), 0u);
+  BOOST_CHECK_EQUAL(events->count("ob-3", false), 0u);
+  BOOST_CHECK(wait_status(*eng, [](auto& st) { return st.rotation.size() == 3; }));
+  BOOST_REQUIRE(!eng->stop());
+  caf::anon_send_exit(recorder, caf::exit_reason::user_shutdown);
+  for (auto n : {"ob-1", "ob-2", "ob-3"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
