@@ -301,6 +301,52 @@ BOOST_AUTO_TEST_CASE(sigterm_stops_cleanly_within_bound) {
   stops_cleanly_on(*this, SIGTERM, "Terminated");
 }
 
+// Waits until `pred(stdout, stderr)` holds while caf-run runs (at most 20 s).
+template <class Pred>
+bool wait_output(fixture& f, child& c, Pred pred) {
+  auto deadline = steady::now() + 20s;
+  while (!pred(f.stdout_text(), f.stderr_text()) && c.running() && steady::now() < deadline)
+    std::this_thread::sleep_for(100ms);
+  return pred(f.stdout_text(), f.stderr_text());
+}
+
+// SIGHUP re-reads the file: the difference is applied (one proxy added, one
+// removed), and a broken file is refused with its reasons while the running
+// fleet stays as it was.
+BOOST_AUTO_TEST_CASE(sighup_applies_the_difference_and_refuses_a_bad_file) {
+  fs::copy_file(std::string{EGRESS_SOURCE_DIR} + "/config/testnode.xml", dir / "testnode.xml");
+  auto ini = slurp(default_ini);
+  auto path = write("engine.ini", ini);
+  child c{EGRESS_CAF_RUN, {"--config-file=" + path}, out, err};
+  BOOST_REQUIRE_MESSAGE(wait_output(*this, c, [](const auto& o, const auto&) {
+                          return all_running(o, {"egress-1", "egress-2", "egress-3"});
+                        }),
+                        "stdout:\n" << stdout_text() << "\nstderr:\n" << stderr_text());
+  auto third = ini.find("  { name = \"egress-3\"");
+  BOOST_REQUIRE(third != std::string::npos);
+  auto changed = ini.substr(0, third) + "  { name = \"egress-4\", host = \"local\" },\n]\n";
+  write("engine.ini", changed);
+  c.signal(SIGHUP);
+  BOOST_REQUIRE_MESSAGE(wait_output(*this, c, [](const auto& o, const auto& e) {
+                          auto table = o.substr(o.rfind("\nPROXY "));
+                          return contains(e, "reload applied: proxies +1 -1 ~0")
+                                 && all_running(o, {"egress-1", "egress-2", "egress-4"})
+                                 && !contains(table, "egress-3");
+                        }),
+                        "stdout:\n" << stdout_text() << "\nstderr:\n" << stderr_text());
+  write("engine.ini", changed + "pol-interval = 2s\n");
+  c.signal(SIGHUP);
+  BOOST_REQUIRE_MESSAGE(wait_output(*this, c, [](const auto&, const auto& e) {
+                          return contains(e, "reload refused, the running fleet is unchanged");
+                        }),
+                        stderr_text());
+  BOOST_CHECK_MESSAGE(contains(stderr_text(), "engine.pol-interval: unknown key"), stderr_text());
+  std::this_thread::sleep_for(500ms);
+  BOOST_CHECK(all_running(stdout_text(), {"egress-1", "egress-2", "egress-4"}));
+  c.signal(SIGTERM);
+  BOOST_CHECK_EQUAL(c.wait(10s), 0);
+}
+
 BOOST_AUTO_TEST_CASE(embed_example_runs_its_proxies_and_exits_0) {
   child c{EGRESS_EMBED_EXAMPLE, {}, out, err};
   auto rc = c.wait(45s); // the example gives up on its own after 30 s
