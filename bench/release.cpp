@@ -135,6 +135,7 @@ engine_config one_host(const host_config& h) {
   c.shutdown_timeout = 10s;
   c.redial_min = 50ms;
   c.redial_max = 200ms;
+  c.probe.mode = "off"; // test-driver addresses: nothing to probe
   c.hosts.push_back(h);
   return c;
 }

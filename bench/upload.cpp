@@ -306,6 +306,7 @@ public:
     cfg.entry = "bench";
     cfg.poll_interval = 2s;
     cfg.shutdown_timeout = 10s;
+    cfg.probe.mode = "off"; // no proxies here; nothing to probe
     cfg.hosts.push_back(s.host());
     auto eng = egress::engine::start(sys, cfg);
     if (!eng)
