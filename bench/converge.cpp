@@ -1,0 +1,843 @@
+// bench/converge: how fast a fleet of image-less proxies converges from zero,
+// the engine against a libvirt-python reconcile loop shaped like the seed Go
+// operator (a worker pool over the proxies, one cached connection per host).
+//
+//   bench-converge [--runs R] [--hosts H] [--proxies P] [--poll-ms MS]
+//                  [--workers 3,8] [--transports ssh,libssh2] [--only engine,py]
+//                  [--script PATH] [--hold S]          (root; exit 77 otherwise)
+//
+// Test bed: one private libvirtd (tests/support/testbed.hpp) and one private
+// OpenSSH sshd on 127.0.0.1 whose sessions see that libvirtd's socket dir as
+// /run/libvirt (sshd_options::libvirt_socket_dir), as on a real host. H host
+// entries (default 8) all reach that one sshd, each as its own SSH session and
+// libvirt connection, and all name test:///default: libvirtd's test driver
+// keeps one test:///default state for every client while any connection to it
+// is open (the bench holds one for the whole run, and checks the sharing over
+// each script transport before it measures), so domains "run" at once without
+// booting and the driver makes their lease addresses up. P proxies (default
+// 200, c000.., round-robin over the hosts), no image, 64 MiB (the engine's
+// minimum), 1 vCPU, network "default" (the test driver's).
+//
+// Each run, in rotating order, starting from zero domains every time:
+//  engine   egress::engine::start with the H ssh hosts (the engine's libssh2
+//           transport, direct-streamlocal to /run/libvirt/libvirt-sock) and
+//           the P proxies, poll interval MS (default 200 ms; the engine's
+//           default is 2 s). Timed from engine::start to the first status
+//           (asked every 20 ms) in which every proxy is phase running with an
+//           address. A proxy's path: its first poll reads "missing" (1 RPC),
+//           it creates (define + start + state: 3 RPCs) and shows
+//           provisioning, and its next poll (MS later) reads state, mark and
+//           lease addresses (4 RPCs) -> running. The links' dial (SSH + libvirt
+//           open) is inside the timed window. Probes are off (the test
+//           driver's addresses are not real) and so is gc (all H entries are
+//           one shared state: each host's gc would delete the proxies declared
+//           on the others).
+//  py W     bench/converge_libvirt.py with W workers (default W = 3, the seed
+//           operator's MaxConcurrentReconciles, and 8, one per host): per
+//           proxy lookupByName (VIR_ERR_NO_DOMAIN), defineXML (the same
+//           domain XML and mark), create, interfaceAddresses(LEASE) until an
+//           address shows. Over libvirt's own SSH transports, same sshd, the
+//           host key verified:
+//             ssh:     test+ssh://root@127.0.0.1:PORT/default?keyfile=..&no_tty=1
+//                      &no_verify=0&command=<wrapper>  (the OpenSSH client; the
+//                      wrapper pins the sshd's known_hosts with
+//                      StrictHostKeyChecking=yes and reads no config, agent or
+//                      other key, as in bench/upload)
+//             libssh2: test+libssh2://root@127.0.0.1:PORT/default?keyfile=..
+//                      &known_hosts=..&known_hosts_verify=normal&sshauth=privkey
+//           Both run `sh -c '... virt-ssh-helper test:///default'` through the
+//           remote login shell (no socket=: with it libvirt 9.0 runs `nc -U`,
+//           and nc is not installed here), and virt-ssh-helper reaches
+//           /run/libvirt/libvirt-sock. Each W runs twice:
+//             warm  every host's connection opened before the clock (a long-
+//                   running operator's pool), the reconciles alone timed;
+//             cold  the first reconcile per host opens it, inside the window
+//                   (as the engine's links dial inside its window).
+//           The time is the script's own: interpreter start and import are
+//           never in it, as the engine's actor system start is not.
+// Between steps every domain but the driver's own "test" is destroyed and
+// undefined over the bench's held connection and the count is checked.
+// Medians over R runs (default 3); per-run ratios too. CPU: user + system
+// seconds of the client side (this process with the engine's threads, or the
+// script with its ssh children, minus the interpreter's start-up) and of the
+// server side (libvirtd, sshd and its sessions) over each step, the
+// connections' setup and teardown included (also for warm). After the runs:
+// per-call latency through one engine link. --only runs the steps whose label
+// starts with one of the given prefixes; --hold S sets up, prints the URIs and
+// waits S seconds (to poke at the bed with virsh). Figures only.
+
+#include <algorithm>
+#include <any>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <libssh2.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
+#include "providers/libvirt/domains.hpp"
+#include "providers/libvirt/error.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/log.hpp"
+#include "support/ssh_host.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+const std::string entry = "bench";
+const std::string remote_socket = "/run/libvirt/libvirt-sock";
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// CPU seconds (user + system) of the process trees under `roots`: every live
+// process in them plus what their reaped children used (cutime, cstime).
+double tree_cpu_seconds(const std::vector<pid_t>& roots) {
+  struct proc {
+    pid_t ppid = 0;
+    double cpu = 0;
+  };
+  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::map<pid_t, proc> procs;
+  if (DIR* d = ::opendir("/proc")) {
+    while (auto* e = ::readdir(d)) {
+      char* end = nullptr;
+      auto pid = static_cast<pid_t>(std::strtol(e->d_name, &end, 10));
+      if (pid <= 0 || *end != '\0')
+        continue;
+      std::string stat = testbed::read_file(std::string{"/proc/"} + e->d_name + "/stat");
+      auto at = stat.rfind(')');
+      if (at == std::string::npos)
+        continue;
+      std::vector<double> f;
+      for (char* q = stat.data() + at + 2; *q != '\0' && f.size() < 16;) {
+        f.push_back(std::strtod(q, &end));
+        if (end == q) { // the state letter
+          ++q;
+          f.back() = 0;
+        } else {
+          q = end;
+        }
+        while (*q == ' ')
+          ++q;
+      }
+      if (f.size() < 16)
+        continue;
+      procs[pid] = proc{static_cast<pid_t>(f[1]), (f[11] + f[12] + f[13] + f[14]) / tick};
+    }
+    ::closedir(d);
+  }
+  double sum = 0;
+  for (auto& [pid, p] : procs) {
+    for (pid_t q = pid; q > 1;) {
+      if (std::find(roots.begin(), roots.end(), q) != roots.end()) {
+        sum += p.cpu;
+        break;
+      }
+      auto it = procs.find(q);
+      if (it == procs.end())
+        break;
+      q = it->second.ppid;
+    }
+  }
+  return sum;
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty())
+    return 0;
+  std::sort(xs.begin(), xs.end());
+  auto n = xs.size();
+  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+std::string load_average() {
+  auto text = testbed::read_file("/proc/loadavg");
+  auto end = text.find(' ', text.find(' ', text.find(' ') + 1) + 1);
+  return text.substr(0, end);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in{s};
+  for (std::string item; std::getline(in, item, sep);)
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+// Probes off where the engine has them: the test driver's addresses are made
+// up, nothing listens on them. (Written so the bench builds with or without
+// the probe settings.)
+template <class C>
+auto probes_off(C& c, int) -> decltype(c.probe.mode, void()) {
+  c.probe.mode = "off";
+}
+template <class C>
+void probes_off(C&, long) {}
+
+// Garbage collection off: every host entry here is the same test:///default
+// state, so one host's gc would see the proxies declared on the other seven
+// as undeclared domains of its entry and delete them.
+template <class C>
+auto gc_off(C& c, int) -> decltype(c.gc, void()) {
+  c.gc = false;
+}
+template <class C>
+void gc_off(C&, long) {}
+
+struct options {
+  int runs = 3;
+  int hosts = 8;
+  int proxies = 200;
+  int poll_ms = 200;
+  std::vector<int> workers{3, 8};
+  std::vector<std::string> transports{"ssh", "libssh2"};
+  std::string script;
+  std::vector<std::string> only; // run only steps whose label starts with one of these
+  int hold_s = 0; // set up, print the URIs, wait (to poke at it by hand)
+};
+
+struct measurement {
+  std::string label;
+  double seconds = 0;      // to convergence (0: failed)
+  double client_cpu = 0;   // engine process, or the script and its ssh children
+  double server_cpu = 0;   // libvirtd + sshd (and its sessions)
+  std::string note;        // timeline or per-call figures
+  std::string error;
+  bool ok() const { return error.empty() && seconds > 0; }
+};
+
+class setup {
+public:
+  explicit setup(const options& o) : opts_(o), lv_(lv_options()), ssh_(ssh_options()) {
+    lv_.start();
+    ssh_.start();
+    // libvirt's ssh transport runs `<command> [-p port] [-l user] [-i key] [-T]
+    // ... host sh -c '...'`: the wrapper pins the sshd's known_hosts (the
+    // host key is verified, strictly) and reads no config, agent or other key.
+    wrapper_ = tmp_ / "sshwrap";
+    testbed::write_file(wrapper_,
+                        "#!/bin/sh\nexec ssh -F /dev/null -o BatchMode=yes"
+                        " -o IdentitiesOnly=yes -o IdentityAgent=none"
+                        " -o StrictHostKeyChecking=yes -o GlobalKnownHostsFile=/dev/null"
+                        " -o UserKnownHostsFile="
+                          + ssh_.known_hosts() + " \"$@\"\n",
+                        0755);
+    // Held for the whole bench: keeps test:///default's state alive between
+    // steps (the driver drops it with its last connection) and cleans up.
+    auto c = lv::connection::open(lv_.uri("test"));
+    if (!c)
+      throw std::runtime_error("open " + lv_.uri("test") + ": " + render(c.error()));
+    admin_ = *c;
+  }
+
+  const testbed::libvirtd& lv() const { return lv_; }
+  const testbed::sshd& ssh() const { return ssh_; }
+  const testbed::temp_dir& tmp() const { return tmp_; }
+  lv::connection& admin() { return *admin_; }
+
+  std::string authority() const {
+    return "root@" + ssh_.address() + ":" + std::to_string(ssh_.port());
+  }
+  std::string python_uri(const std::string& transport) const {
+    if (transport == "ssh")
+      return "test+ssh://" + authority() + "/default?keyfile=" + ssh_.client_key()
+             + "&no_tty=1&no_verify=0&command=" + wrapper_;
+    return "test+libssh2://" + authority() + "/default?keyfile=" + ssh_.client_key()
+           + "&known_hosts=" + ssh_.known_hosts()
+           + "&known_hosts_verify=normal&sshauth=privkey";
+  }
+
+  std::vector<pid_t> server_roots() const { return {lv_.pid(), ssh_.pid()}; }
+
+  /// Every domain name in the shared test:///default state.
+  std::vector<std::string> domains() {
+    virDomainPtr* raw = nullptr;
+    int n = virConnectListAllDomains(admin_->get(), &raw, 0);
+    if (n < 0)
+      throw std::runtime_error("list domains: " + render(lv::last_error("list")));
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+      if (auto* name = virDomainGetName(raw[i]))
+        out.emplace_back(name);
+      virDomainFree(raw[i]);
+    }
+    std::free(raw);
+    return out;
+  }
+
+  /// Removes every domain but the driver's own "test"; returns how many.
+  size_t clean() {
+    size_t n = 0;
+    for (auto& name : domains()) {
+      if (name == "test")
+        continue;
+      if (auto err = lv::delete_domain(*admin_, name))
+        throw std::runtime_error("delete " + name + ": " + render(err));
+      ++n;
+    }
+    auto left = domains();
+    if (left.size() != 1 || left[0] != "test")
+      throw std::runtime_error("clean: " + std::to_string(left.size())
+                               + " domain(s) left besides or instead of \"test\"");
+    return n;
+  }
+
+  size_t count_ours() {
+    size_t n = 0;
+    for (auto& name : domains())
+      n += name != "test";
+    return n;
+  }
+
+private:
+  static testbed::libvirtd_options lv_options() {
+    testbed::libvirtd_options o;
+    o.warm_qemu_caps = false; // the test driver needs no QEMU probe
+    return o;
+  }
+  testbed::sshd_options ssh_options() const {
+    testbed::sshd_options o;
+    o.libvirt_socket_dir = lv_.socket_dir();
+    return o;
+  }
+
+  options opts_;
+  testbed::temp_dir tmp_{"converge"};
+  testbed::libvirtd lv_;
+  testbed::sshd ssh_;
+  std::string wrapper_;
+  lv::connection_ptr admin_;
+};
+
+std::string host_name(int i) {
+  return "hv" + std::to_string(i);
+}
+
+std::string proxy_name(int i) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "c%03d", i);
+  return buf;
+}
+
+engine_config make_config(const setup& s, const options& o, int hosts, int proxies,
+                          const std::string& entry_name) {
+  engine_config cfg;
+  cfg.entry = entry_name;
+  cfg.poll_interval = std::chrono::milliseconds(o.poll_ms);
+  cfg.shutdown_timeout = 10s;
+  probes_off(cfg, 0);
+  gc_off(cfg, 0);
+  for (int i = 0; i < hosts; ++i) {
+    auto h = test::ssh_host(s.ssh(), s.lv(), host_name(i), "test:///default");
+    h.remote_socket = remote_socket; // as on a real host (and as the script's URIs)
+    h.call_budget = 10s;
+    h.connect_timeout = 10s;
+    cfg.hosts.push_back(std::move(h));
+  }
+  for (int i = 0; i < proxies; ++i) {
+    proxy_spec p;
+    p.name = proxy_name(i);
+    p.host = host_name(i % hosts);
+    p.vcpus = 1;
+    p.memory_mib = 64; // the engine's minimum
+    p.network = "default";
+    cfg.proxies.push_back(std::move(p));
+  }
+  return cfg;
+}
+
+std::string python_label(const std::string& transport, int workers,
+                         const std::string& connect) {
+  return "py " + transport + " W=" + std::to_string(workers)
+         + (connect == "before" ? " warm" : " cold");
+}
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// The script's input: entry, host -> URI, and the proxies as the engine has them.
+std::string write_spec(const setup& s, const options& o, const std::string& transport) {
+  auto cfg = make_config(s, o, o.hosts, o.proxies, entry);
+  std::string j = "{\"entry\": " + json_quote(entry) + ", \"hosts\": {";
+  for (size_t i = 0; i < cfg.hosts.size(); ++i)
+    j += (i ? ", " : "") + json_quote(cfg.hosts[i].name) + ": "
+         + json_quote(s.python_uri(transport));
+  j += "}, \"proxies\": [";
+  for (size_t i = 0; i < cfg.proxies.size(); ++i) {
+    auto& p = cfg.proxies[i];
+    j += std::string{i ? ",\n " : "\n "} + "{\"name\": " + json_quote(p.name)
+         + ", \"host\": " + json_quote(p.host) + ", \"domain_type\": \"test\", \"vcpus\": "
+         + std::to_string(p.vcpus) + ", \"memory_mib\": " + std::to_string(p.memory_mib)
+         + ", \"network\": " + json_quote(p.network) + ", \"tags\": []}";
+  }
+  j += "]}\n";
+  auto path = s.tmp() / ("spec-" + transport + ".json");
+  testbed::write_file(path, j);
+  return path;
+}
+
+class bench {
+public:
+  bench(setup& s, caf::actor_system& sys, const options& o) : s_(s), sys_(sys), o_(o) {}
+
+  measurement engine_run() {
+    measurement m;
+    m.label = "engine";
+    auto cfg = make_config(s_, o_, o_.hosts, o_.proxies, entry);
+    auto c0 = tree_cpu_seconds({::getpid()});
+    auto v0 = tree_cpu_seconds(s_.server_roots());
+    auto t0 = clock_type::now();
+    auto eng = egress::engine::start(sys_, cfg);
+    if (!eng) {
+      m.error = "engine start: " + render(eng.error());
+      return m;
+    }
+    double links_up = 0, all_created = 0;
+    std::vector<double> quarter(4, 0); // first time 25/50/75/100 % ran
+    size_t errors_seen = 0;
+    uint64_t polls = 0;
+    std::string last;
+    for (;;) {
+      auto st = eng->status();
+      auto now = seconds_since(t0);
+      if (!st) {
+        last = "status: " + render(st.error());
+      } else {
+        size_t up = 0, created = 0, running = 0;
+        polls = 0;
+        for (auto& l : st->links)
+          up += l.state == link_state::up;
+        for (auto& p : st->proxies) {
+          created += p.phase == proxy_phase::provisioning || p.phase == proxy_phase::running;
+          running += p.phase == proxy_phase::running && !p.address.empty();
+          polls += p.polls;
+          if (!p.last_error.empty()) {
+            ++errors_seen;
+            last = p.name + ": " + p.last_error;
+          }
+        }
+        if (links_up == 0 && up == st->links.size() && !st->links.empty())
+          links_up = now;
+        if (all_created == 0 && created == static_cast<size_t>(o_.proxies))
+          all_created = now;
+        for (size_t q = 0; q < 4; ++q)
+          if (quarter[q] == 0 && running * 4 >= (q + 1) * static_cast<size_t>(o_.proxies))
+            quarter[q] = now;
+        if (running == static_cast<size_t>(o_.proxies) && st->proxies.size() == running) {
+          m.seconds = now;
+          break;
+        }
+      }
+      if (now > 120) {
+        m.error = "not converged after 120 s; last: " + last;
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "links up %.0f ms, all created %.0f ms, running 25/50/75/100%% at"
+                  " %.0f/%.0f/%.0f/%.0f ms; polls answered %llu",
+                  links_up * 1000, all_created * 1000, quarter[0] * 1000, quarter[1] * 1000,
+                  quarter[2] * 1000, quarter[3] * 1000, static_cast<unsigned long long>(polls));
+    m.note = buf;
+    if (errors_seen > 0)
+      m.note += "; proxy errors seen " + std::to_string(errors_seen) + ", last: " + last;
+    if (auto err = eng->stop())
+      m.note += "; stop: " + render(err);
+    settle();
+    m.client_cpu = tree_cpu_seconds({::getpid()}) - c0;
+    m.server_cpu = tree_cpu_seconds(s_.server_roots()) - v0;
+    if (m.error.empty()) {
+      auto n = s_.count_ours();
+      if (n != static_cast<size_t>(o_.proxies))
+        m.error = "converged, but the shared state holds " + std::to_string(n)
+                  + " domains (not shared?)";
+    }
+    return m;
+  }
+
+  measurement python_run(const std::string& transport, int workers, const std::string& connect,
+                         const std::string& spec) {
+    measurement m;
+    m.label = python_label(transport, workers, connect);
+    auto c0 = tree_cpu_seconds({::getpid()});
+    auto v0 = tree_cpu_seconds(s_.server_roots());
+    auto t0 = clock_type::now();
+    auto res = testbed::run({"/usr/bin/python3", o_.script, "--workers",
+                             std::to_string(workers), "--connect", connect, "--spec", spec},
+                            std::chrono::seconds(300));
+    auto process_s = seconds_since(t0);
+    settle();
+    m.client_cpu = tree_cpu_seconds({::getpid()}) - c0;
+    m.server_cpu = tree_cpu_seconds(s_.server_roots()) - v0;
+    auto at = res.output.rfind("RESULT ");
+    std::map<std::string, std::string> kv;
+    if (at != std::string::npos) {
+      auto line = res.output.substr(at + 7, res.output.find('\n', at) - at - 7);
+      for (auto& item : split(line, ' '))
+        if (auto eq = item.find('='); eq != std::string::npos)
+          kv[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    auto num = [&](const std::string& k) {
+      auto it = kv.find(k);
+      return it == kv.end() ? 0.0 : std::strtod(it->second.c_str(), nullptr);
+    };
+    m.client_cpu -= num("cpu_pre"); // interpreter start-up and the import
+    if (!res.ok() || kv.empty() || num("converged") != o_.proxies) {
+      m.error = "exit " + std::to_string(res.exit_code) + (res.timed_out ? " (timed out)" : "")
+                + ": " + testbed::detail::tail(res.output, 12);
+      return m;
+    }
+    m.seconds = num("wall");
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "process %.2f s%s; mean ms per call: open %.0f, lookup %.2f, define %.2f,"
+                  " create %.2f, addresses %.2f (x%.0f)",
+                  process_s,
+                  connect == "before"
+                    ? (", opened before the clock in " + std::to_string(num("open_wall")).substr(0, 5)
+                       + " s").c_str()
+                    : "",
+                  num("open_ms"), num("lookup_ms"), num("define_ms"),
+                  num("create_ms"), num("addresses_ms"), num("addresses_n"));
+    m.note = buf;
+    auto n = s_.count_ours();
+    if (n != static_cast<size_t>(o_.proxies))
+      m.error = "the shared state holds " + std::to_string(n) + " domains";
+    return m;
+  }
+
+  // Per-call latency through one engine link, no proxies running: `n` call
+  // jobs of one lookup each, one after the other (request -> link -> call
+  // actor -> libvirt -> SSH -> libvirtd and back), and one job of `n`
+  // lookups (libvirt's RPC over the engine's transport alone).
+  std::string latency(int n) {
+    auto cfg = make_config(s_, o_, 1, 0, "bench-latency");
+    auto eng = egress::engine::start(sys_, cfg);
+    if (!eng)
+      return "engine start: " + render(eng.error());
+    std::string out;
+    caf::scoped_actor self{sys_};
+    host_link_actor link;
+    self->request(eng->fleet(), 5s, atom::link_v, host_name(0))
+      .receive([&](host_link_actor& h) { link = h; },
+               [&](caf::error& err) { out = "link: " + render(err); });
+    auto lookup_once = [](lv::connection& c) {
+      virDomainPtr d = virDomainLookupByName(c.get(), "no-such-domain");
+      if (d != nullptr)
+        virDomainFree(d);
+      else
+        virResetLastError();
+    };
+    auto call = [&](std::function<void(lv::connection&)> fn) {
+      call_job job;
+      job.what = "bench lookup";
+      job.budget = 30s;
+      job.fn = [fn = std::move(fn)](lv::connection& c) -> caf::expected<std::any> {
+        fn(c);
+        return std::any{};
+      };
+      bool ok = false;
+      self->request(link, 60s, atom::call_v, std::move(job))
+        .receive([&](call_result&) { ok = true; },
+                 [&](caf::error& e) { out = "call: " + render(e); });
+      return ok;
+    };
+    if (out.empty() && call(lookup_once)) { // dials
+      auto t0 = clock_type::now();
+      int done = 0;
+      while (done < n && call(lookup_once))
+        ++done;
+      auto per_job = seconds_since(t0) / std::max(done, 1);
+      t0 = clock_type::now();
+      call([&](lv::connection& c) {
+        for (int i = 0; i < n; ++i)
+          lookup_once(c);
+      });
+      auto per_rpc = seconds_since(t0) / n;
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "one lookup per call job: %.3f ms per job (x%d); %d lookups in one job:"
+                    " %.3f ms per RPC",
+                    per_job * 1000, done, n, per_rpc * 1000);
+      out = buf;
+    }
+    eng->stop();
+    return out;
+  }
+
+private:
+  // Lets sshd sessions and libvirtd finish the connections' teardown, so
+  // their CPU lands in this step's figure.
+  void settle() {
+    std::this_thread::sleep_for(300ms);
+  }
+
+  setup& s_;
+  caf::actor_system& sys_;
+  const options& o_;
+};
+
+void print(const measurement& m) {
+  if (!m.ok()) {
+    std::printf("  %-18s FAILED: %s\n", m.label.c_str(), m.error.c_str());
+    return;
+  }
+  std::printf("  %-18s %6.3f s  CPU client %5.2f s, server %5.2f s  (%s)\n", m.label.c_str(),
+              m.seconds, m.client_cpu, m.server_cpu, m.note.c_str());
+}
+
+std::string versions() {
+  unsigned long lib = 0, daemon = 0;
+  virGetVersion(&lib, nullptr, nullptr);
+  auto ver = [](unsigned long v) {
+    return std::to_string(v / 1000000) + "." + std::to_string(v / 1000 % 1000) + "."
+           + std::to_string(v % 1000);
+  };
+  (void) daemon;
+  auto py = testbed::run({"/usr/bin/python3", "-c",
+                          "import sys, libvirt; print(sys.version.split()[0],"
+                          " libvirt.getVersion())"});
+  auto text = py.output;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
+  return "libvirt " + ver(lib) + " (client and daemon), libssh2 "
+         + std::string{libssh2_version(0)} + ", python3 + libvirt-python " + text;
+}
+
+// The check the design rests on: every connection to test:///default through
+// the daemon sees one state. A domain defined over the held local connection
+// must be visible over each transport the script uses.
+void check_sharing(setup& s, const options& o) {
+  auto xml = "<domain type='test'><name>share-check</name><memory unit='MiB'>16</memory>"
+             "<vcpu>1</vcpu><os><type arch='x86_64'>hvm</type></os></domain>";
+  virDomainPtr d = virDomainDefineXML(s.admin().get(), xml);
+  if (d == nullptr)
+    throw std::runtime_error("define share-check: " + render(lv::last_error("define")));
+  virDomainFree(d);
+  for (auto& t : o.transports) {
+    auto r = testbed::run({"virsh", "-q", "-c", s.python_uri(t), "domstate", "share-check"});
+    std::printf("  sharing over %-8s virsh domstate share-check: %s", t.c_str(),
+                r.ok() ? r.output.c_str() : ("FAILED: " + r.output + "\n").c_str());
+    if (!r.ok())
+      throw std::runtime_error("test:///default over " + t + " does not reach the state");
+  }
+  s.clean();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  std::string src = __FILE__;
+  o.script = src.substr(0, src.rfind('/') + 1) + "converge_libvirt.py";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--runs") {
+      o.runs = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--hosts") {
+      o.hosts = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--proxies") {
+      o.proxies = std::clamp(std::atoi(next().c_str()), 1, 1000);
+    } else if (a == "--poll-ms") {
+      o.poll_ms = std::max(10, std::atoi(next().c_str()));
+    } else if (a == "--workers") {
+      o.workers.clear();
+      for (auto& w : split(next(), ','))
+        o.workers.push_back(std::max(1, std::atoi(w.c_str())));
+    } else if (a == "--transports") {
+      o.transports = split(next(), ',');
+    } else if (a == "--only") {
+      o.only = split(next(), ',');
+    } else if (a == "--hold") {
+      o.hold_s = std::max(0, std::atoi(next().c_str()));
+    } else if (a == "--script") {
+      o.script = next();
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--runs R] [--hosts H] [--proxies P] [--poll-ms MS]"
+                   " [--workers 3,8] [--transports ssh,libssh2] [--only engine,py]"
+                   " [--script PATH] [--hold S]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  for (auto& t : o.transports)
+    if (t != "ssh" && t != "libssh2") {
+      std::fprintf(stderr, "--transports takes ssh and/or libssh2\n");
+      return 2;
+    }
+  if (o.workers.empty()) {
+    std::fprintf(stderr, "--workers needs at least one count\n");
+    return 2;
+  }
+  if (::geteuid() != 0) {
+    std::printf("SKIPPED: needs root\n");
+    return 77;
+  }
+  testbed::require_root_or_skip(); // namespaces and tools; reaps stale leftovers
+  if (::access("/usr/bin/python3", X_OK) != 0 || ::access(o.script.c_str(), R_OK) != 0
+      || !testbed::run({"/usr/bin/python3", "-c", "import libvirt"}).ok())
+    testbed::skip("needs /usr/bin/python3 with libvirt (python3-libvirt) and " + o.script);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  log::set_level(log::level::error);
+
+  try {
+    auto t0 = clock_type::now();
+    setup s{o};
+    std::printf("bench-converge: %d proxies over %d host entries, poll interval %d ms;"
+                " %d run(s)\n",
+                o.proxies, o.hosts, o.poll_ms, o.runs);
+    std::printf("  libvirtd pid %d (test:///default, shared by every connection);"
+                " sshd %s:%d pid %d; setup %.1f s\n",
+                static_cast<int>(s.lv().pid()), s.ssh().address().c_str(), s.ssh().port(),
+                static_cast<int>(s.ssh().pid()), seconds_since(t0));
+    std::printf("  %s; %ld cores\n", versions().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
+    std::printf("  engine: transport ssh (libssh2 + bridge + pump), remote socket %s,"
+                " max-calls %u per link, probes off\n",
+                remote_socket.c_str(), host_config{}.max_calls);
+    std::string workers_text;
+    for (auto w : o.workers)
+      workers_text += (workers_text.empty() ? "" : ", ") + std::to_string(w);
+    std::printf("  script: %s, workers %s\n", o.script.c_str(), workers_text.c_str());
+    std::map<std::string, std::string> specs;
+    for (auto& t : o.transports) {
+      specs[t] = write_spec(s, o, t);
+      std::printf("  py %-8s %s\n", t.c_str(), s.python_uri(t).c_str());
+    }
+    if (o.hold_s > 0) {
+      std::printf("  admin %s; holding %d s\n", s.lv().uri("test").c_str(), o.hold_s);
+      std::this_thread::sleep_for(std::chrono::seconds(o.hold_s));
+      return 0;
+    }
+    check_sharing(s, o);
+
+    caf::actor_system_config cfg;
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    configure(cfg);
+    caf::actor_system sys{cfg};
+    bench b{s, sys, o};
+
+    using step = std::function<measurement()>;
+    std::vector<std::pair<std::string, step>> steps;
+    steps.emplace_back("engine", [&] { return b.engine_run(); });
+    const std::vector<std::string> connects{"before", "lazy"};
+    for (auto& c : connects)
+      for (auto& t : o.transports)
+        for (auto w : o.workers)
+          steps.emplace_back(python_label(t, w, c),
+                             [&, t, w, c] { return b.python_run(t, w, c, specs[t]); });
+    if (!o.only.empty())
+      steps.erase(std::remove_if(steps.begin(), steps.end(),
+                                 [&](auto& st) {
+                                   for (auto& prefix : o.only)
+                                     if (st.first.rfind(prefix, 0) == 0)
+                                       return false;
+                                   return true;
+                                 }),
+                  steps.end());
+    std::map<std::string, std::vector<measurement>> results;
+    for (int r = 0; r < o.runs; ++r) {
+      std::printf("\n[run %d/%d] load average %s\n", r + 1, o.runs, load_average().c_str());
+      // Each run starts with the next step, so none is always first.
+      for (size_t i = 0; i < steps.size(); ++i) {
+        auto& [label, fn] = steps[(i + static_cast<size_t>(r)) % steps.size()];
+        auto removed = s.clean();
+        if (removed != 0)
+          std::printf("  (removed %zu leftover domains)\n", removed);
+        print(results[label].emplace_back(fn()));
+      }
+    }
+    s.clean();
+
+    auto med = [&](const std::string& label, auto field) {
+      std::vector<double> xs;
+      for (auto& m : results[label])
+        if (m.ok())
+          xs.push_back(field(m));
+      return median(xs);
+    };
+    auto secs = [](const measurement& m) { return m.seconds; };
+    auto ccpu = [](const measurement& m) { return m.client_cpu; };
+    auto scpu = [](const measurement& m) { return m.server_cpu; };
+    auto per_run_ratio = [&](const std::string& label) {
+      std::vector<double> xs;
+      auto& e = results["engine"];
+      auto& p = results[label];
+      for (size_t i = 0; i < e.size() && i < p.size(); ++i)
+        if (e[i].ok() && p[i].ok())
+          xs.push_back(p[i].seconds / e[i].seconds);
+      return median(xs);
+    };
+    double te = med("engine", secs);
+    std::printf("\n==== %d proxies, %d hosts, poll %d ms: median of %d run(s) ====\n",
+                o.proxies, o.hosts, o.poll_ms, o.runs);
+    std::printf("  %-18s %8s %10s %12s %12s %10s %12s\n", "path", "seconds", "proxies/s",
+                "client CPU", "server CPU", "x engine", "per-run med");
+    for (auto& [label, fn] : steps) {
+      (void) fn;
+      double t = med(label, secs);
+      std::printf("  %-18s %8.3f %10.1f %10.2f s %10.2f s", label.c_str(), t,
+                  t > 0 ? o.proxies / t : 0, med(label, ccpu), med(label, scpu));
+      if (label == "engine")
+        std::printf(" %10s %12s\n", "1.00", "-");
+      else
+        std::printf(" %9.2fx %11.2fx\n", te > 0 ? t / te : 0, per_run_ratio(label));
+    }
+    std::printf("  ratios, python seconds / engine seconds (medians; goal: py3/engine >= 5x):\n");
+    for (auto& c : connects)
+      for (auto& t : o.transports) {
+        std::printf("    %-8s %s", t.c_str(),
+                    c == "before" ? "warm (connections opened before the clock)"
+                                  : "cold (connections opened in the window)    ");
+        for (auto w : o.workers) {
+          double tp = med(python_label(t, w, c), secs);
+          std::printf("  py%d/engine = %5.2fx", w, te > 0 ? tp / te : 0);
+        }
+        std::printf("\n");
+      }
+    std::printf("\nper-call latency, one engine link, no proxies: %s\n",
+                b.latency(200).c_str());
+    std::printf("\ntotal %.1f s\n", seconds_since(t0));
+  } catch (const std::exception& e) {
+    std::printf("bench-converge: FAILED: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
