@@ -248,6 +248,7 @@ void create(proxy_pointer self) {
   ds.mark.created_at = now_rfc3339();
   ds.mark.entry = st.opts.entry;
   ds.mark.spec_hash = st.spec_hash;
+  ds.mark.host = st.opts.spec.host;
   ds.mark.tags = st.opts.spec.tags;
   st.busy = true;
   auto before = st.status;

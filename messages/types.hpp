@@ -21,12 +21,15 @@ struct domain_mark {
   std::string entry;      // the provider entry that owns this domain
   std::string spec_hash;  // sha256 over the declared spec: a change means replace
   std::vector<std::string> tags;
+  // The host entry that created it ("" in marks written before it existed).
+  // Two host entries that reach one daemon must not collect each other's VMs.
+  std::string host;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_mark& x) {
   return f(caf::meta::type_name("domain_mark"), x.uid, x.created_at, x.entry,
-           x.spec_hash, x.tags);
+           x.spec_hash, x.tags, x.host);
 }
 
 /// One declared proxy, as validated from the config.

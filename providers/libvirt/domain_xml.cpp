@@ -43,6 +43,9 @@ caf::error check_mark(const std::string& at, const domain_mark& m) {
     return err;
   if (auto err = check_name(at + ".entry", m.entry))
     return err;
+  if (!m.host.empty())
+    if (auto err = check_name(at + ".host", m.host))
+      return err;
   if (m.created_at.empty() || m.created_at.size() > 64 || !all_of(m.created_at, timestamp_char))
     return bad(at + ".created_at", m.created_at, "must be an RFC 3339 timestamp");
   if (m.spec_hash.empty() || m.spec_hash.size() > 128 || !all_of(m.spec_hash, lower_hex))
@@ -101,6 +104,8 @@ void append_mark(pugi::xml_node parent, const domain_mark& m) {
   add_text(mark, "created-at", m.created_at);
   add_text(mark, "entry", m.entry);
   add_text(mark, "spec-hash", m.spec_hash);
+  if (!m.host.empty())
+    add_text(mark, "host", m.host);
   auto tags = mark.append_child(qualified("tags").c_str());
   for (auto& t : m.tags)
     add_text(tags, "tag", t);
@@ -151,6 +156,8 @@ domain_mark read_mark(pugi::xml_node node) {
       m.entry = child.text().get();
     else if (name == "spec-hash")
       m.spec_hash = child.text().get();
+    else if (name == "host")
+      m.host = child.text().get();
     else if (name == "tags")
       for (auto tag : child.children())
         if (local_name(tag) == "tag")

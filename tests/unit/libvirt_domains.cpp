@@ -107,6 +107,7 @@ domain_spec spec_for(lv::connection& c, const std::string& name, const std::stri
   s.mark.entry = entry;
   s.mark.spec_hash = "00ff00ff";
   s.mark.tags = {"eu", "<&\"'"};
+  s.mark.host = "hv1";
   return s;
 }
 
@@ -116,6 +117,7 @@ void expect_mark(const domain_reading& r, const domain_mark& m) {
   BOOST_TEST(r.mark.created_at == m.created_at);
   BOOST_TEST(r.mark.entry == m.entry);
   BOOST_TEST(r.mark.spec_hash == m.spec_hash);
+  BOOST_TEST(r.mark.host == m.host);
   BOOST_TEST(r.mark.tags == m.tags, boost::test_tools::per_element());
 }
 

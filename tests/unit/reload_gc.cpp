@@ -32,11 +32,13 @@ engine_config fleet_of(std::string entry, std::vector<std::string> names) {
   cfg.hosts.push_back(test::test_host("hv1"));
   for (auto& n : names)
     cfg.proxies.push_back(test::test_proxy(n, "hv1"));
+  cfg.gc = true;
   return cfg;
 }
 
 // A domain made behind the engine's back, marked with `entry`.
-void plant(lv::connection& c, const std::string& name, const std::string& entry) {
+void plant(lv::connection& c, const std::string& name, const std::string& entry,
+           const std::string& host = "") {
   domain_spec s;
   s.name = name;
   s.domain_type = "test";
@@ -45,6 +47,7 @@ void plant(lv::connection& c, const std::string& name, const std::string& entry)
   s.mark.created_at = now_rfc3339();
   s.mark.entry = entry;
   s.mark.spec_hash = "00";
+  s.mark.host = host;
   auto r = lv::define_and_start(c, s);
   if (!r)
     BOOST_FAIL(render(r.error()));
@@ -81,12 +84,16 @@ BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
   auto w = witness();
   plant(*w, "orphan-1", "gc");
   plant(*w, "theirs-1", "someone-else");
+  plant(*w, "orphan-hv1", "gc", "hv1");
+  plant(*w, "sibling-1", "gc", "hv2"); // another host entry on the same daemon
   auto eng = engine::start(*sys, fleet_of("gc", {"px-a"}));
   test::stop_on_exit guard{eng};
   BOOST_REQUIRE(eng);
   BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }));
   // The pass at start runs on its own; an explicit one reports nothing new.
   BOOST_CHECK(test::eventually([&] { return !exists(*w, "orphan-1"); }, 5s));
+  BOOST_CHECK(test::eventually([&] { return !exists(*w, "orphan-hv1"); }, 5s));
+  BOOST_CHECK(exists(*w, "sibling-1"));
   auto reports = run_gc(*sys, *eng);
   BOOST_REQUIRE_EQUAL(reports.size(), 1u);
   BOOST_CHECK(reports[0].domains.empty());
@@ -94,7 +101,7 @@ BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
   BOOST_CHECK(exists(*w, "theirs-1"));
   BOOST_CHECK(exists(*w, "test")); // the driver's own, unmarked
   BOOST_REQUIRE(!eng->stop());
-  for (auto n : {"px-a", "theirs-1"})
+  for (auto n : {"px-a", "theirs-1", "sibling-1"})
     BOOST_CHECK(!lv::delete_domain(*w, n));
 }
 
