@@ -252,8 +252,9 @@ void create(proxy_pointer self) {
   ds.mark.tags = st.opts.spec.tags;
   st.busy = true;
   auto before = st.status;
+  auto sources = sources_of(st.opts.address_sources);
   std::function<caf::expected<domain_reading>(lv::connection&)> job
-    = [ds](lv::connection& c) { return lv::define_and_start(c, ds); };
+    = [ds, sources](lv::connection& c) { return lv::define_and_start(c, ds, sources); };
   if (st.have_image) {
     // Overlay on the cached image, cloud-init seed, then the domain.
     auto seed = cloudinit::render_seed({ds.mark.uid, st.opts.spec.name,
@@ -273,6 +274,7 @@ void create(proxy_pointer self) {
     req.volumes = provision::proxy_volumes::of(st.opts.entry, st.opts.spec.name);
     req.seed = std::move(*seed);
     req.domain = ds;
+    req.sources = sources;
     job = [req](lv::connection& c) { return provision::create_vm(c, req); };
   }
   link_call<domain_reading>(

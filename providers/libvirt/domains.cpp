@@ -203,7 +203,8 @@ list_marked(connection& c, const std::string& entry) {
   return out;
 }
 
-caf::expected<domain_reading> define_and_start(connection& c, const domain_spec& spec) {
+caf::expected<domain_reading> define_and_start(connection& c, const domain_spec& spec,
+                                               const std::vector<address_source>& sources) {
   auto xml = build_domain_xml(spec);
   if (!xml)
     return xml.error();
@@ -228,6 +229,12 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
     r.state = domain_state::running;
     r.notes.push_back(render(err));
   }
+  // The addresses too, while we hold the domain: a VM that already has one
+  // (a fast lease, the test driver) is running now, not one poll later. A
+  // failure here is only a note: the next poll reads them again.
+  if (!sources.empty() && r.state == domain_state::running)
+    if (auto err = read_addresses(c, dom.get(), r, sources))
+      r.notes.push_back(render(err));
   return r;
 }
 

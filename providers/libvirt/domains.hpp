@@ -35,9 +35,12 @@ list_marked(connection& c, const std::string& entry);
 
 /// Defines the domain from build_domain_xml(spec) and starts it. If the start
 /// fails, the definition made by this call is undefined again before the
-/// error is returned, so a failed attempt leaves nothing behind.
+/// error is returned, so a failed attempt leaves nothing behind. With
+/// `sources`, the running domain's addresses are read too (best effort: a
+/// failure is a note, never a failed create).
 caf::expected<domain_reading> define_and_start(connection& c,
-                                               const domain_spec& spec);
+                                               const domain_spec& spec,
+                                               const std::vector<address_source>& sources = {});
 
 /// Starts an existing, defined-but-stopped domain.
 caf::error start_domain(connection& c, const std::string& name);

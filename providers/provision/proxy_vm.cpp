@@ -70,7 +70,7 @@ caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req
   spec.disk = *disk_path;
   spec.disk_format = "qcow2";
   spec.seed = *seed_path;
-  auto r = lv::define_and_start(c, spec);
+  auto r = lv::define_and_start(c, spec, req.sources);
   if (!r)
     return fail(r.error());
   return r;

@@ -15,6 +15,7 @@
 #include "messages/types.hpp"
 #include "providers/cloudinit/seed.hpp"
 #include "providers/libvirt/connection.hpp"
+#include "providers/libvirt/domains.hpp"
 
 namespace egress::provision {
 
@@ -36,6 +37,7 @@ struct vm_request {
   proxy_volumes volumes;
   cloudinit::seed_files seed;
   domain_spec domain;       // disk and seed paths are filled in here
+  std::vector<lv::address_source> sources; // read right after the start
 };
 
 /// Overlay, seed (built and uploaded), define + start. On failure, what this

@@ -137,11 +137,13 @@ BOOST_AUTO_TEST_CASE(define_start_and_read_back) {
     BOOST_TEST_CONTEXT(uri) {
       auto c = open(uri);
       auto spec = spec_for(*c, "dom-read", "lab");
-      auto created = lv::define_and_start(*c, spec);
+      auto created = lv::define_and_start(*c, spec, all_sources);
       BOOST_REQUIRE_MESSAGE(created, why(created));
       BOOST_TEST(created->exists);
       BOOST_TEST(to_string(created->state) == std::string{"running"});
       expect_mark(*created, spec.mark);
+      // The create reads the addresses too: no extra poll to learn them.
+      BOOST_TEST(!created->addresses.empty());
 
       auto r = lv::read_domain(*c, "dom-read", all_sources);
       BOOST_REQUIRE_MESSAGE(r, why(r));
