@@ -302,6 +302,22 @@ void create(proxy_pointer self) {
   publish(self, before);
 }
 
+// Destroys and undefines the domain and deletes its overlay and seed (if it
+// ever had them: missing is fine), through the host's link.
+template <class OnOk, class OnErr>
+void remove_vm(proxy_pointer self, const std::string& verb, OnOk on_ok, OnErr on_err) {
+  auto& st = self->state;
+  auto name = st.opts.spec.name;
+  auto pool = st.opts.pool;
+  auto vols = provision::proxy_volumes::of(st.opts.entry, name);
+  link_call<void>(
+    self, st.opts.link, st.opts.call_timeout, verb + " " + name,
+    [name, pool, vols](lv::connection& c) {
+      return provision::delete_vm(c, name, pool, vols);
+    },
+    std::move(on_ok), std::move(on_err));
+}
+
 // The declared spec no longer matches the one the VM was made from (its
 // mark's spec hash): a VM's shape cannot be changed in place without a
 // reboot and a changed seed, so it is deleted with its volumes and created
@@ -318,14 +334,8 @@ void replace(proxy_pointer self, const domain_reading& r) {
   st.in_grace = false;
   ++s.replaced;
   st.busy = true;
-  auto name = st.opts.spec.name;
-  auto pool = st.opts.pool;
-  auto vols = provision::proxy_volumes::of(st.opts.entry, name);
-  link_call<void>(
-    self, st.opts.link, st.opts.call_timeout, "replace " + name,
-    [name, pool, vols](lv::connection& c) {
-      return provision::delete_vm(c, name, pool, vols);
-    },
+  remove_vm(
+    self, "replace",
     [self] {
       self->state.busy = false;
       create(self);
@@ -396,15 +406,8 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       auto before = st.status;
       st.status.phase = proxy_phase::deleting;
       publish(self, before);
-      auto name = st.opts.spec.name;
-      // Its overlay and seed go too (if it ever had them: missing is fine).
-      auto pool = st.opts.pool;
-      auto vols = provision::proxy_volumes::of(st.opts.entry, name);
-      link_call<void>(
-        self, st.opts.link, st.opts.call_timeout, "delete " + name,
-        [name, pool, vols](lv::connection& c) {
-          return provision::delete_vm(c, name, pool, vols);
-        },
+      remove_vm(
+        self, "delete",
         [self] {
           auto before = self->state.status;
           self->state.status.phase = proxy_phase::deleted;

@@ -15,6 +15,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "messages/error.hpp"
+#include "providers/libvirt/connection.hpp"
 
 #include "runtime/engine.hpp"
 #include "runtime/log.hpp"
@@ -123,6 +124,17 @@ struct stop_on_exit {
       eng->stop();
   }
 };
+
+/// test:///default keeps its state only while a connection to it is open:
+/// a witness holds it across engine restarts (as a real libvirtd would) and
+/// reads back what the engine did.
+inline lv::connection_ptr witness() {
+  auto c = lv::connection::open("test:///default");
+  // Not BOOST_REQUIRE_MESSAGE: Boost builds the message even on success.
+  if (!c)
+    BOOST_FAIL(render(c.error()));
+  return *c;
+}
 
 /// Records every rotation event it receives (for tests that check who
 /// joined and who left, in order).

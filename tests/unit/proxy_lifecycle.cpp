@@ -16,16 +16,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// test:///default keeps its state only while a connection to it is open:
-// this witness holds it across engine restarts, as a real libvirtd would.
-lv::connection_ptr witness() {
-  auto c = lv::connection::open("test:///default");
-  // Not BOOST_REQUIRE_MESSAGE: Boost builds the message even on success.
-  if (!c)
-    BOOST_FAIL(render(c.error()));
-  return *c;
-}
-
 engine_config three_proxies(std::string entry) {
   auto cfg = test::test_config(std::move(entry));
   cfg.hosts.push_back(test::test_host("hv1"));
@@ -39,7 +29,7 @@ engine_config three_proxies(std::string entry) {
 BOOST_FIXTURE_TEST_SUITE(proxy_lifecycle_suite, test::engine_fixture)
 
 BOOST_AUTO_TEST_CASE(create_read_back_and_delete) {
-  auto w = witness();
+  auto w = test::witness();
   auto eng = engine::start(*sys, three_proxies("life"));
   BOOST_REQUIRE(eng);
   BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 3); }));
@@ -79,7 +69,7 @@ BOOST_AUTO_TEST_CASE(create_read_back_and_delete) {
 }
 
 BOOST_AUTO_TEST_CASE(spec_16_restarted_engine_adopts_by_mark_and_recreates_nothing) {
-  auto w = witness();
+  auto w = test::witness();
   std::map<std::string, std::pair<std::string, std::string>> first; // uid, created_at
   {
     auto eng = engine::start(*sys, three_proxies("adopt"));
@@ -109,7 +99,7 @@ BOOST_AUTO_TEST_CASE(spec_16_restarted_engine_adopts_by_mark_and_recreates_nothi
 }
 
 BOOST_AUTO_TEST_CASE(spec_16_a_domain_without_our_mark_is_never_touched) {
-  auto w = witness();
+  auto w = test::witness();
   // test:///default ships a domain named "test" with no mark at all.
   auto before = lv::read_domain(*w, "test", {});
   BOOST_REQUIRE(before && before->exists && !before->has_mark);
@@ -140,7 +130,7 @@ BOOST_AUTO_TEST_CASE(spec_16_a_domain_without_our_mark_is_never_touched) {
 // and its running phase for address-grace polls, then is demoted; when the
 // address is back it runs again with no grace left.
 BOOST_AUTO_TEST_CASE(spec_11_a_running_proxy_keeps_its_address_for_the_grace_polls) {
-  auto w = witness();
+  auto w = test::witness();
   auto cfg = test::test_config("grace");
   cfg.hosts.push_back(test::test_host("hv1"));
   cfg.proxies.push_back(test::test_proxy("px-g", "hv1"));
@@ -185,7 +175,7 @@ BOOST_AUTO_TEST_CASE(spec_11_a_running_proxy_keeps_its_address_for_the_grace_pol
 // With address-grace 0 a proxy is demoted on the first read without an
 // address (the behaviour before the grace existed).
 BOOST_AUTO_TEST_CASE(spec_11_grace_zero_demotes_at_once) {
-  auto w = witness();
+  auto w = test::witness();
   auto cfg = test::test_config("nograce");
   cfg.hosts.push_back(test::test_host("hv1"));
   cfg.proxies.push_back(test::test_proxy("px-n", "hv1"));

@@ -20,13 +20,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-lv::connection_ptr witness() {
-  auto c = lv::connection::open("test:///default");
-  if (!c)
-    BOOST_FAIL(render(c.error()));
-  return *c;
-}
-
 engine_config fleet_of(std::string entry, std::vector<std::string> names) {
   auto cfg = test::test_config(std::move(entry));
   cfg.hosts.push_back(test::test_host("hv1"));
@@ -81,7 +74,7 @@ BOOST_FIXTURE_TEST_SUITE(reload_gc_suite, test::engine_fixture)
 // Invariant 16's other half: only what carries our entry's mark and is
 // declared nowhere is collected; the unmarked and other entries' stay.
 BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
-  auto w = witness();
+  auto w = test::witness();
   plant(*w, "orphan-1", "gc");
   plant(*w, "theirs-1", "someone-else");
   plant(*w, "orphan-hv1", "gc", "hv1");
@@ -106,7 +99,7 @@ BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
 }
 
 BOOST_AUTO_TEST_CASE(gc_off_collects_nothing) {
-  auto w = witness();
+  auto w = test::witness();
   plant(*w, "orphan-2", "nogc");
   auto cfg = fleet_of("nogc", {"px-b"});
   cfg.gc = false;
@@ -125,7 +118,7 @@ BOOST_AUTO_TEST_CASE(gc_off_collects_nothing) {
 // and its place in the rotation throughout; the changed one is replaced
 // (new uid); the removed one's VM is collected; the new one is created.
 BOOST_AUTO_TEST_CASE(reload_adds_changes_and_removes_only_what_differs) {
-  auto w = witness();
+  auto w = test::witness();
   auto eng = engine::start(*sys, fleet_of("reload", {"rl-1", "rl-2", "rl-3"}));
   test::stop_on_exit guard{eng};
   BOOST_REQUIRE(eng);
@@ -167,7 +160,7 @@ BOOST_AUTO_TEST_CASE(reload_adds_changes_and_removes_only_what_differs) {
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_reload_is_refused_with_the_reason_and_changes_nothing) {
-  auto w = witness();
+  auto w = test::witness();
   auto eng = engine::start(*sys, fleet_of("badreload", {"br-1", "br-2"}));
   test::stop_on_exit guard{eng};
   BOOST_REQUIRE(eng);
@@ -201,7 +194,7 @@ BOOST_AUTO_TEST_CASE(a_bad_reload_is_refused_with_the_reason_and_changes_nothing
 // An engine restarted with a changed spec replaces the VM it finds (the mark's
 // spec hash differs) instead of adopting it.
 BOOST_AUTO_TEST_CASE(a_changed_spec_found_at_start_is_replaced) {
-  auto w = witness();
+  auto w = test::witness();
   std::string first_uid;
   {
     auto eng = engine::start(*sys, fleet_of("respec", {"rs-1"}));
@@ -230,7 +223,7 @@ BOOST_AUTO_TEST_CASE(a_changed_spec_found_at_start_is_replaced) {
 // rotation, is repaired (restart policy) and joins again; the others never
 // leave.
 BOOST_AUTO_TEST_CASE(spec_12_an_out_of_band_destroy_removes_only_that_proxy) {
-  auto w = witness();
+  auto w = test::witness();
   auto eng = engine::start(*sys, fleet_of("oob", {"ob-1", "ob-2", "ob-3"}));
   test::stop_on_exit guard{eng};
   BOOST_REQUIRE(eng);
