@@ -3,8 +3,10 @@
 // The host application owns the actor_system; the engine is one more set of
 // actors in it. The application talks to the engine through the typed fleet
 // interface (messages/actors.hpp): here an actor of its own asks for the
-// fleet status until every proxy runs, prints it, and the application stops
-// the engine before its actor system goes away.
+// fleet status until every proxy runs, prints it; another prints rotation
+// changes as they happen; then the application adds a proxy by reloading a
+// changed config (only the difference is applied), and stops the engine
+// before its actor system goes away.
 //
 //   embed-example [path/to/testnode.xml]
 
@@ -15,6 +17,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
@@ -50,6 +53,17 @@ caf::behavior watcher(caf::event_based_actor* self, egress::fleet_actor fleet,
   };
 }
 
+// Rotation changes (who joined or left the healthy set, and why).
+egress::rotation_events_actor::behavior_type
+rotation_printer(egress::rotation_events_actor::pointer) {
+  return {
+    [](egress::rotation_event& e) {
+      std::cout << "rotation: " << e.proxy << (e.joined ? " joined" : " left") << " ("
+                << e.reason << "), size " << e.size << "\n";
+    },
+  };
+}
+
 int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   egress::configure(cfg); // the engine's message types and error rendering
@@ -76,6 +90,8 @@ int main(int argc, char** argv) {
     std::cerr << "cannot start: " << egress::render(eng.error()) << "\n";
     return 1;
   }
+  auto printer = sys.spawn(rotation_printer);
+  eng->subscribe(printer);
   int rc = 0;
   {
     caf::scoped_actor self{sys};
@@ -89,9 +105,21 @@ int main(int argc, char** argv) {
         rc = 1;
       });
   }
+  // A new config through the embedding API: strictly validated, then only
+  // the difference is applied (here: one proxy more; the others untouched).
+  egress::proxy_spec third;
+  third.name = "embedded-3";
+  third.host = "local";
+  third.network = "default";
+  ec.proxies.push_back(third);
+  if (auto summary = eng->reload(ec))
+    std::cout << "reload: " << *summary << "\n";
+  else
+    std::cerr << "reload refused: " << egress::render(summary.error()) << "\n";
   if (auto err = eng->stop()) {
     std::cerr << "stop: " << egress::render(err) << "\n";
     rc = 1;
   }
+  caf::anon_send_exit(printer, caf::exit_reason::user_shutdown);
   return rc;
 }
