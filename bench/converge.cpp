@@ -3,8 +3,9 @@
 // operator (a worker pool over the proxies, one cached connection per host).
 //
 //   bench-converge [--runs R] [--hosts H] [--proxies P] [--poll-ms MS]
-//                  [--workers 3,8] [--transports ssh,libssh2] [--only engine,py]
-//                  [--script PATH] [--hold S]          (root; exit 77 otherwise)
+//                  [--rtt 0,10] [--workers 3,8] [--transports ssh,libssh2]
+//                  [--only engine,py] [--script PATH] [--hold S]
+//                                                      (root; exit 77 otherwise)
 //
 // Test bed: one private libvirtd (tests/support/testbed.hpp) and one private
 // OpenSSH sshd on 127.0.0.1 whose sessions see that libvirtd's socket dir as
@@ -55,6 +56,17 @@
 //                   (as the engine's links dial inside its window).
 //           The time is the script's own: interpreter start and import are
 //           never in it, as the engine's actor system start is not.
+// Latency (--rtt, ms, a comma list; default 0 and 10): every client, the
+// engine's links and the script's connections alike, reaches the sshd through
+// a userspace TCP relay in this process (latency_relay below: this kernel has
+// no netem) that delays each chunk by RTT/2 in each direction, order kept,
+// throughput not limited; RTT 0 goes through it too, so the relay's own cost
+// is in every figure. Host keys are still verified: the relay's
+// [127.0.0.1]:port has its own known_hosts file with the sshd's key, used by
+// the engine's host entries, the libssh2 URI and the OpenSSH wrapper. Each
+// run goes over every RTT (their order rotating per run); one table per RTT,
+// then a summary of the python/engine ratios per RTT. The relay's threads'
+// CPU is taken out of the client figure and shown on its own.
 // Between steps every domain but the driver's own "test" is destroyed and
 // undefined over the bench's held connection and the count is checked.
 // Medians over R runs (default 3); per-run ratios too. CPU: user + system
@@ -62,18 +74,24 @@
 // script with its ssh children, minus the interpreter's start-up) and of the
 // server side (libvirtd, sshd and its sessions) over each step, the
 // connections' setup and teardown included (also for warm). After the runs:
-// per-call latency through one engine link. --only runs the steps whose label
+// per-call latency through one engine link, per RTT. --only runs the steps whose label
 // starts with one of the given prefixes; --hold S sets up, prints the URIs and
 // waits S seconds (to poke at the bed with virsh). Figures only.
 
 #include <algorithm>
 #include <any>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <list>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -81,8 +99,16 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <libssh2.h>
@@ -191,25 +217,318 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// Probes off where the engine has them: the test driver's addresses are made
-// up, nothing listens on them. (Written so the bench builds with or without
-// the probe settings.)
-template <class C>
-auto probes_off(C& c, int) -> decltype(c.probe.mode, void()) {
-  c.probe.mode = "off";
+// Thread CPU seconds (user + system) of one thread of this process, from
+// /proc/self/task/<tid>/stat.
+double thread_cpu_seconds(pid_t tid) {
+  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  auto stat = testbed::read_file("/proc/self/task/" + std::to_string(tid) + "/stat");
+  auto at = stat.rfind(')');
+  if (at == std::string::npos)
+    return 0;
+  std::istringstream in{stat.substr(at + 2)};
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 0; i < 13 && in >> field; ++i) { // state is field 3, utime 14, stime 15
+    if (i == 11)
+      utime = std::strtod(field.c_str(), nullptr);
+    if (i == 12)
+      stime = std::strtod(field.c_str(), nullptr);
+  }
+  return (utime + stime) / tick;
 }
-template <class C>
-void probes_off(C&, long) {}
 
-// Garbage collection off: every host entry here is the same test:///default
-// state, so one host's gc would see the proxies declared on the other seven
-// as undeclared domains of its entry and delete them.
-template <class C>
-auto gc_off(C& c, int) -> decltype(c.gc, void()) {
-  c.gc = false;
-}
-template <class C>
-void gc_off(C&, long) {}
+// A userspace latency relay (this kernel has no netem): listens on
+// 127.0.0.1:<ephemeral>, and for each accepted connection opens one to the
+// target (the sshd) and forwards bytes both ways, each chunk delayed by RTT/2
+// in its direction. Per connection and direction a reader thread timestamps
+// every chunk it reads (up to 64 KiB) and queues it; a writer thread sleeps
+// until timestamp + RTT/2 and writes it: order is kept and throughput is not
+// limited (the queue is unbounded; TCP_NODELAY on both sockets, so the relay
+// adds no Nagle wait of its own). An EOF is queued like a chunk and becomes
+// shutdown(SHUT_WR) on the other side after the same delay (half-close
+// preserved); a write error shuts both sockets down, which wakes every
+// thread of that connection; the connection's last thread closes both fds,
+// and the accept thread joins finished connections. stop() (or the
+// destructor) wakes the accept thread, shuts every live connection down and
+// joins all threads. Not modelled: the TCP handshake (the client's connect
+// completes at once), so a connection costs one RTT less than on a network;
+// the kernel's ACKs are immediate (loopback windows, no bandwidth-delay cap).
+// The RTT can be changed between steps (set_rtt_ms); connections live within
+// a step. CPU of the relay's threads is kept apart (cpu_seconds) so the
+// bench can take it out of the client side's figure.
+class latency_relay {
+public:
+  latency_relay(const std::string& target_address, int target_port) {
+    std::memset(&target_, 0, sizeof target_);
+    target_.sin_family = AF_INET;
+    target_.sin_port = htons(static_cast<uint16_t>(target_port));
+    if (::inet_pton(AF_INET, target_address.c_str(), &target_.sin_addr) != 1)
+      throw std::runtime_error("relay: bad target address " + target_address);
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0)
+      throw std::runtime_error(std::string{"relay socket: "} + std::strerror(errno));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = 0;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0
+        || ::listen(listen_fd_, 128) != 0
+        || ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0
+        || ::pipe2(wake_, O_CLOEXEC) != 0) {
+      auto err = std::string{std::strerror(errno)};
+      ::close(listen_fd_);
+      throw std::runtime_error("relay listen: " + err);
+    }
+    port_ = ntohs(a.sin_port);
+    acceptor_ = spawn([this] { accept_loop(); });
+  }
+  latency_relay(const latency_relay&) = delete;
+  latency_relay& operator=(const latency_relay&) = delete;
+  ~latency_relay() { stop(); }
+
+  std::string address() const { return "127.0.0.1"; }
+  int port() const { return port_; }
+  void set_rtt_ms(double ms) { half_us_.store(static_cast<int64_t>(ms * 500.0)); }
+  double rtt_ms() const { return static_cast<double>(half_us_.load()) / 500.0; }
+  uint64_t connections() const { return accepted_.load(); }
+  uint64_t failed_connects() const { return failed_.load(); }
+  uint64_t bytes(int direction) const { return bytes_[direction].load(); } // 0: to target
+  /// Connections whose threads have not all ended yet.
+  size_t live() const { return live_conns_.load(); }
+
+  /// CPU seconds of every relay thread so far, live and ended.
+  double cpu_seconds() const {
+    std::lock_guard<std::mutex> g{cpu_m_};
+    double sum = ended_cpu_;
+    for (auto tid : live_tids_)
+      sum += thread_cpu_seconds(tid);
+    return sum;
+  }
+
+  void stop() {
+    if (acceptor_.joinable()) {
+      char c = 0;
+      (void) !::write(wake_[1], &c, 1);
+      acceptor_.join();
+    }
+    // The accept thread has ended: conns_ is ours alone now.
+    for (auto& c : conns_)
+      c->shutdown_both();
+    for (auto& c : conns_)
+      c->join();
+    conns_.clear();
+    for (int* fd : {&listen_fd_, &wake_[0], &wake_[1]})
+      if (*fd >= 0) {
+        ::close(*fd);
+        *fd = -1;
+      }
+  }
+
+private:
+  struct chunk {
+    clock_type::time_point at;
+    std::vector<char> bytes;
+    bool eof = false;
+  };
+  struct direction {
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<chunk> q;
+  };
+  struct conn {
+    int fd[2] = {-1, -1}; // 0: the client's (accepted), 1: the target's
+    direction dir[2];     // 0: client -> target, 1: target -> client
+    std::thread threads[4];
+    std::atomic<int> ended{0};
+    std::mutex fd_m;
+    bool closed = false;
+
+    void shutdown_both() {
+      std::lock_guard<std::mutex> g{fd_m};
+      if (!closed)
+        for (int f : fd)
+          ::shutdown(f, SHUT_RDWR);
+    }
+    // Called by each of the four threads as it ends; the last closes.
+    bool thread_ended() {
+      if (ended.fetch_add(1) != 3)
+        return false;
+      std::lock_guard<std::mutex> g{fd_m};
+      for (int& f : fd) {
+        ::close(f);
+        f = -1;
+      }
+      closed = true;
+      return true;
+    }
+    bool finished() const { return ended.load() == 4; }
+    void join() {
+      for (auto& t : threads)
+        if (t.joinable())
+          t.join();
+    }
+  };
+
+  template <class F>
+  std::thread spawn(F f) {
+    return std::thread([this, f = std::move(f)]() mutable {
+      auto tid = static_cast<pid_t>(::syscall(SYS_gettid));
+      {
+        std::lock_guard<std::mutex> g{cpu_m_};
+        live_tids_.insert(tid);
+      }
+      f();
+      timespec ts{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      std::lock_guard<std::mutex> g{cpu_m_};
+      live_tids_.erase(tid);
+      ended_cpu_ += static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+    });
+  }
+
+  static void nodelay(int fd) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+
+  void accept_loop() {
+    for (;;) {
+      pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+      int r = ::poll(p, 2, 500);
+      reap();
+      if (r < 0) {
+        if (errno == EINTR)
+          continue;
+        break;
+      }
+      if (p[1].revents != 0)
+        break;
+      if ((p[0].revents & POLLIN) == 0)
+        continue;
+      int a = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (a < 0)
+        continue;
+      int b = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (b < 0 || ::connect(b, reinterpret_cast<const sockaddr*>(&target_), sizeof target_) != 0) {
+        if (b >= 0)
+          ::close(b);
+        ::close(a); // the client sees the connection reset/closed
+        ++failed_;
+        continue;
+      }
+      nodelay(a);
+      nodelay(b);
+      auto c = std::make_unique<conn>();
+      c->fd[0] = a;
+      c->fd[1] = b;
+      auto* raw = c.get();
+      ++live_conns_;
+      for (int d = 0; d < 2; ++d) {
+        raw->threads[2 * d] = spawn([this, raw, d] { reader(*raw, d); });
+        raw->threads[2 * d + 1] = spawn([this, raw, d] { writer(*raw, d); });
+      }
+      conns_.push_back(std::move(c));
+      ++accepted_;
+    }
+  }
+
+  void reap() {
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if ((*it)->finished()) {
+        (*it)->join();
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void reader(conn& c, int d) {
+    int src = c.fd[d];
+    auto& q = c.dir[d];
+    std::vector<char> buf(64 * 1024);
+    for (;;) {
+      auto n = ::read(src, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR)
+        continue;
+      chunk ch;
+      ch.at = clock_type::now();
+      if (n > 0) {
+        ch.bytes.assign(buf.data(), buf.data() + n);
+        bytes_[d] += static_cast<uint64_t>(n);
+      } else {
+        ch.eof = true; // EOF, or an error (reset): the other side gets a FIN
+      }
+      {
+        std::lock_guard<std::mutex> g{q.m};
+        q.q.push_back(std::move(ch));
+      }
+      q.cv.notify_one();
+      if (n <= 0)
+        break;
+    }
+    if (c.thread_ended())
+      --live_conns_;
+  }
+
+  void writer(conn& c, int d) {
+    int dst = c.fd[1 - d];
+    auto& q = c.dir[d];
+    bool broken = false;
+    for (;;) {
+      chunk ch;
+      {
+        std::unique_lock<std::mutex> l{q.m};
+        q.cv.wait(l, [&] { return !q.q.empty(); });
+        ch = std::move(q.q.front());
+        q.q.pop_front();
+      }
+      if (!broken) {
+        auto due = ch.at + std::chrono::microseconds(half_us_.load());
+        if (due > clock_type::now())
+          std::this_thread::sleep_until(due);
+      }
+      if (ch.eof) {
+        if (!broken)
+          ::shutdown(dst, SHUT_WR);
+        break;
+      }
+      if (broken)
+        continue; // drain until the reader's EOF
+      const char* p = ch.bytes.data();
+      size_t left = ch.bytes.size();
+      while (left > 0) {
+        auto n = ::send(dst, p, left, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+          continue;
+        if (n <= 0) {
+          broken = true;
+          c.shutdown_both(); // wakes both readers (EOF), so both writers end
+          break;
+        }
+        p += n;
+        left -= static_cast<size_t>(n);
+      }
+    }
+    if (c.thread_ended())
+      --live_conns_;
+  }
+
+  sockaddr_in target_{};
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  int port_ = 0;
+  std::atomic<int64_t> half_us_{0};
+  std::atomic<uint64_t> accepted_{0}, failed_{0};
+  std::atomic<uint64_t> bytes_[2] = {0, 0};
+  std::atomic<size_t> live_conns_{0};
+  std::list<std::unique_ptr<conn>> conns_; // the accept thread's until it ends
+  std::thread acceptor_;
+  mutable std::mutex cpu_m_;
+  std::set<pid_t> live_tids_;
+  double ended_cpu_ = 0;
+};
 
 struct options {
   int runs = 3;
@@ -221,6 +540,7 @@ struct options {
   std::string script;
   std::vector<std::string> only; // run only steps whose label starts with one of these
   int hold_s = 0; // set up, print the URIs, wait (to poke at it by hand)
+  std::vector<double> rtts{0, 10}; // ms, through the latency relay; one table each
 };
 
 struct measurement {
@@ -228,6 +548,7 @@ struct measurement {
   double seconds = 0;      // to convergence (0: failed)
   double client_cpu = 0;   // engine process, or the script and its ssh children
   double server_cpu = 0;   // libvirtd + sshd (and its sessions)
+  double relay_cpu = 0;    // the latency relay's threads (taken out of client_cpu)
   std::string note;        // timeline or per-call figures
   std::string error;
   bool ok() const { return error.empty() && seconds > 0; }
@@ -238,6 +559,17 @@ public:
   explicit setup(const options& o) : opts_(o), lv_(lv_options()), ssh_(ssh_options()) {
     lv_.start();
     ssh_.start();
+    // Every client (engine and script alike) reaches the sshd through the
+    // latency relay. known_hosts entries name [address]:port, so the relay's
+    // port gets its own file with the sshd's host key: the key is still
+    // verified, against the relay's address.
+    relay_ = std::make_unique<latency_relay>(ssh_.address(), ssh_.port());
+    auto line = testbed::read_file(ssh_.known_hosts());
+    auto key = line.substr(line.find(' ') + 1); // "ssh-ed25519 AAAA...\n"
+    relay_known_hosts_ = tmp_ / "known_hosts_relay";
+    testbed::write_file(relay_known_hosts_,
+                        "[" + relay_->address() + "]:" + std::to_string(relay_->port()) + " "
+                          + key);
     // libvirt's ssh transport runs `<command> [-p port] [-l user] [-i key] [-T]
     // ... host sh -c '...'`: the wrapper pins the sshd's known_hosts (the
     // host key is verified, strictly) and reads no config, agent or other key.
@@ -247,7 +579,7 @@ public:
                         " -o IdentitiesOnly=yes -o IdentityAgent=none"
                         " -o StrictHostKeyChecking=yes -o GlobalKnownHostsFile=/dev/null"
                         " -o UserKnownHostsFile="
-                          + ssh_.known_hosts() + " \"$@\"\n",
+                          + relay_known_hosts_ + " \"$@\"\n",
                         0755);
     // Held for the whole bench: keeps test:///default's state alive between
     // steps (the driver drops it with its last connection) and cleans up.
@@ -261,16 +593,19 @@ public:
   const testbed::sshd& ssh() const { return ssh_; }
   const testbed::temp_dir& tmp() const { return tmp_; }
   lv::connection& admin() { return *admin_; }
+  latency_relay& relay() { return *relay_; }
+  const latency_relay& relay() const { return *relay_; }
+  const std::string& relay_known_hosts() const { return relay_known_hosts_; }
 
   std::string authority() const {
-    return "root@" + ssh_.address() + ":" + std::to_string(ssh_.port());
+    return "root@" + relay_->address() + ":" + std::to_string(relay_->port());
   }
   std::string python_uri(const std::string& transport) const {
     if (transport == "ssh")
       return "test+ssh://" + authority() + "/default?keyfile=" + ssh_.client_key()
              + "&no_tty=1&no_verify=0&command=" + wrapper_;
     return "test+libssh2://" + authority() + "/default?keyfile=" + ssh_.client_key()
-           + "&known_hosts=" + ssh_.known_hosts()
+           + "&known_hosts=" + relay_known_hosts_
            + "&known_hosts_verify=normal&sshauth=privkey";
   }
 
@@ -332,6 +667,8 @@ private:
   testbed::temp_dir tmp_{"converge"};
   testbed::libvirtd lv_;
   testbed::sshd ssh_;
+  std::unique_ptr<latency_relay> relay_; // stopped (threads joined) before sshd and libvirtd
+  std::string relay_known_hosts_;
   std::string wrapper_;
   lv::connection_ptr admin_;
 };
@@ -352,11 +689,18 @@ engine_config make_config(const setup& s, const options& o, int hosts, int proxi
   cfg.entry = entry_name;
   cfg.poll_interval = std::chrono::milliseconds(o.poll_ms);
   cfg.shutdown_timeout = 10s;
-  probes_off(cfg, 0);
-  gc_off(cfg, 0);
+  // Probes off: the test driver's addresses are made up, nothing listens on
+  // them. GC off: every host entry here is the same test:///default state, so
+  // one host's gc would see the proxies declared on the other seven as
+  // undeclared domains of its entry and delete them.
+  cfg.probe.mode = "off";
+  cfg.gc = false;
   for (int i = 0; i < hosts; ++i) {
     auto h = test::ssh_host(s.ssh(), s.lv(), host_name(i), "test:///default");
     h.remote_socket = remote_socket; // as on a real host (and as the script's URIs)
+    h.address = s.relay().address(); // through the latency relay, as the script
+    h.port = static_cast<uint32_t>(s.relay().port());
+    h.known_hosts = s.relay_known_hosts();
     h.call_budget = 10s;
     h.connect_timeout = 10s;
     cfg.hosts.push_back(std::move(h));
@@ -418,6 +762,7 @@ public:
     measurement m;
     m.label = "engine";
     auto cfg = make_config(s_, o_, o_.hosts, o_.proxies, entry);
+    auto r0 = s_.relay().cpu_seconds();
     auto c0 = tree_cpu_seconds({::getpid()});
     auto v0 = tree_cpu_seconds(s_.server_roots());
     auto t0 = clock_type::now();
@@ -482,6 +827,8 @@ public:
     settle();
     m.client_cpu = tree_cpu_seconds({::getpid()}) - c0;
     m.server_cpu = tree_cpu_seconds(s_.server_roots()) - v0;
+    m.relay_cpu = s_.relay().cpu_seconds() - r0;
+    m.client_cpu -= m.relay_cpu;
     if (m.error.empty()) {
       auto n = s_.count_ours();
       if (n != static_cast<size_t>(o_.proxies))
@@ -495,6 +842,7 @@ public:
                          const std::string& spec) {
     measurement m;
     m.label = python_label(transport, workers, connect);
+    auto r0 = s_.relay().cpu_seconds();
     auto c0 = tree_cpu_seconds({::getpid()});
     auto v0 = tree_cpu_seconds(s_.server_roots());
     auto t0 = clock_type::now();
@@ -505,6 +853,8 @@ public:
     settle();
     m.client_cpu = tree_cpu_seconds({::getpid()}) - c0;
     m.server_cpu = tree_cpu_seconds(s_.server_roots()) - v0;
+    m.relay_cpu = s_.relay().cpu_seconds() - r0;
+    m.client_cpu -= m.relay_cpu;
     auto at = res.output.rfind("RESULT ");
     std::map<std::string, std::string> kv;
     if (at != std::string::npos) {
@@ -618,8 +968,9 @@ void print(const measurement& m) {
     std::printf("  %-18s FAILED: %s\n", m.label.c_str(), m.error.c_str());
     return;
   }
-  std::printf("  %-18s %6.3f s  CPU client %5.2f s, server %5.2f s  (%s)\n", m.label.c_str(),
-              m.seconds, m.client_cpu, m.server_cpu, m.note.c_str());
+  std::printf("  %-18s %6.3f s  CPU client %5.2f s, server %5.2f s, relay %4.2f s  (%s)\n",
+              m.label.c_str(), m.seconds, m.client_cpu, m.server_cpu, m.relay_cpu,
+              m.note.c_str());
 }
 
 std::string versions() {
@@ -689,14 +1040,30 @@ int main(int argc, char** argv) {
       o.hold_s = std::max(0, std::atoi(next().c_str()));
     } else if (a == "--script") {
       o.script = next();
+    } else if (a == "--rtt") {
+      o.rtts.clear();
+      for (auto& r : split(next(), ',')) {
+        char* end = nullptr;
+        double ms = std::strtod(r.c_str(), &end);
+        if (end == r.c_str() || *end != '\0' || ms < 0 || ms > 10000) {
+          std::fprintf(stderr, "--rtt takes milliseconds >= 0, comma separated: %s\n",
+                       r.c_str());
+          return 2;
+        }
+        o.rtts.push_back(ms);
+      }
     } else {
       std::fprintf(stderr,
                    "usage: %s [--runs R] [--hosts H] [--proxies P] [--poll-ms MS]"
-                   " [--workers 3,8] [--transports ssh,libssh2] [--only engine,py]"
-                   " [--script PATH] [--hold S]\n",
+                   " [--rtt 0,10] [--workers 3,8] [--transports ssh,libssh2]"
+                   " [--only engine,py] [--script PATH] [--hold S]\n",
                    argv[0]);
       return 2;
     }
+  }
+  if (o.rtts.empty()) {
+    std::fprintf(stderr, "--rtt needs at least one value\n");
+    return 2;
   }
   for (auto& t : o.transports)
     if (t != "ssh" && t != "libssh2") {
@@ -728,6 +1095,15 @@ int main(int argc, char** argv) {
                 " sshd %s:%d pid %d; setup %.1f s\n",
                 static_cast<int>(s.lv().pid()), s.ssh().address().c_str(), s.ssh().port(),
                 static_cast<int>(s.ssh().pid()), seconds_since(t0));
+    std::string rtts_text;
+    for (auto r : o.rtts) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%g", rtts_text.empty() ? "" : ", ", r);
+      rtts_text += buf;
+    }
+    std::printf("  latency relay 127.0.0.1:%d -> sshd (every client, engine and script):"
+                " RTT %s ms (RTT/2 each way), known_hosts %s\n",
+                s.relay().port(), rtts_text.c_str(), s.relay_known_hosts().c_str());
     std::printf("  %s; %ld cores\n", versions().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
     std::printf("  engine: transport ssh (libssh2 + bridge + pump), remote socket %s,"
                 " max-calls %u per link, probes off\n",
@@ -772,68 +1148,136 @@ int main(int argc, char** argv) {
                                    return true;
                                  }),
                   steps.end());
-    std::map<std::string, std::vector<measurement>> results;
+    // results[rtt index][label]: runs interleave the RTTs (their order
+    // rotates per run) and, within one RTT, the steps (rotating too).
+    const size_t nr = o.rtts.size();
+    std::vector<std::map<std::string, std::vector<measurement>>> results(nr);
     for (int r = 0; r < o.runs; ++r) {
-      std::printf("\n[run %d/%d] load average %s\n", r + 1, o.runs, load_average().c_str());
-      // Each run starts with the next step, so none is always first.
-      for (size_t i = 0; i < steps.size(); ++i) {
-        auto& [label, fn] = steps[(i + static_cast<size_t>(r)) % steps.size()];
-        auto removed = s.clean();
-        if (removed != 0)
-          std::printf("  (removed %zu leftover domains)\n", removed);
-        print(results[label].emplace_back(fn()));
+      for (size_t k = 0; k < nr; ++k) {
+        size_t ri = (k + static_cast<size_t>(r)) % nr;
+        s.relay().set_rtt_ms(o.rtts[ri]);
+        std::printf("\n[run %d/%d, RTT %g ms] load average %s\n", r + 1, o.runs, o.rtts[ri],
+                    load_average().c_str());
+        for (size_t i = 0; i < steps.size(); ++i) {
+          auto& [label, fn] = steps[(i + static_cast<size_t>(r)) % steps.size()];
+          auto removed = s.clean();
+          if (removed != 0)
+            std::printf("  (removed %zu leftover domains)\n", removed);
+          print(results[ri][label].emplace_back(fn()));
+        }
       }
     }
     s.clean();
 
-    auto med = [&](const std::string& label, auto field) {
-      std::vector<double> xs;
-      for (auto& m : results[label])
-        if (m.ok())
-          xs.push_back(field(m));
-      return median(xs);
-    };
     auto secs = [](const measurement& m) { return m.seconds; };
     auto ccpu = [](const measurement& m) { return m.client_cpu; };
     auto scpu = [](const measurement& m) { return m.server_cpu; };
-    auto per_run_ratio = [&](const std::string& label) {
-      std::vector<double> xs;
-      auto& e = results["engine"];
-      auto& p = results[label];
-      for (size_t i = 0; i < e.size() && i < p.size(); ++i)
-        if (e[i].ok() && p[i].ok())
-          xs.push_back(p[i].seconds / e[i].seconds);
-      return median(xs);
+    auto rcpu = [](const measurement& m) { return m.relay_cpu; };
+    auto has = [&](const std::string& label) {
+      for (auto& st : steps)
+        if (st.first == label)
+          return true;
+      return false;
     };
-    double te = med("engine", secs);
-    std::printf("\n==== %d proxies, %d hosts, poll %d ms: median of %d run(s) ====\n",
-                o.proxies, o.hosts, o.poll_ms, o.runs);
-    std::printf("  %-18s %8s %10s %12s %12s %10s %12s\n", "path", "seconds", "proxies/s",
-                "client CPU", "server CPU", "x engine", "per-run med");
-    for (auto& [label, fn] : steps) {
-      (void) fn;
-      double t = med(label, secs);
-      std::printf("  %-18s %8.3f %10.1f %10.2f s %10.2f s", label.c_str(), t,
-                  t > 0 ? o.proxies / t : 0, med(label, ccpu), med(label, scpu));
-      if (label == "engine")
-        std::printf(" %10s %12s\n", "1.00", "-");
-      else
-        std::printf(" %9.2fx %11.2fx\n", te > 0 ? t / te : 0, per_run_ratio(label));
-    }
-    std::printf("  ratios, python seconds / engine seconds (medians; goal: py3/engine >= 5x):\n");
-    for (auto& c : connects)
-      for (auto& t : o.transports) {
-        std::printf("    %-8s %s", t.c_str(),
-                    c == "before" ? "warm (connections opened before the clock)"
-                                  : "cold (connections opened in the window)    ");
-        for (auto w : o.workers) {
-          double tp = med(python_label(t, w, c), secs);
-          std::printf("  py%d/engine = %5.2fx", w, te > 0 ? tp / te : 0);
-        }
-        std::printf("\n");
+    std::vector<std::string> latencies(nr);
+    for (size_t ri = 0; ri < nr; ++ri) {
+      auto& res = results[ri];
+      auto med = [&](const std::string& label, auto field) {
+        std::vector<double> xs;
+        for (auto& m : res[label])
+          if (m.ok())
+            xs.push_back(field(m));
+        return median(xs);
+      };
+      auto per_run_ratio = [&](const std::string& label) {
+        std::vector<double> xs;
+        auto& e = res["engine"];
+        auto& p = res[label];
+        for (size_t i = 0; i < e.size() && i < p.size(); ++i)
+          if (e[i].ok() && p[i].ok())
+            xs.push_back(p[i].seconds / e[i].seconds);
+        return median(xs);
+      };
+      double te = med("engine", secs);
+      std::printf("\n==== RTT %g ms: %d proxies, %d hosts, poll %d ms: median of %d run(s) ====\n",
+                  o.rtts[ri], o.proxies, o.hosts, o.poll_ms, o.runs);
+      std::printf("  %-18s %8s %10s %12s %12s %11s %10s %12s\n", "path", "seconds",
+                  "proxies/s", "client CPU", "server CPU", "relay CPU", "x engine",
+                  "per-run med");
+      for (auto& [label, fn] : steps) {
+        (void) fn;
+        double t = med(label, secs);
+        std::printf("  %-18s %8.3f %10.1f %10.2f s %10.2f s %9.2f s", label.c_str(), t,
+                    t > 0 ? o.proxies / t : 0, med(label, ccpu), med(label, scpu),
+                    med(label, rcpu));
+        if (label == "engine")
+          std::printf(" %10s %12s\n", "1.00", "-");
+        else
+          std::printf(" %9.2fx %11.2fx\n", te > 0 ? t / te : 0, per_run_ratio(label));
       }
-    std::printf("\nper-call latency, one engine link, no proxies: %s\n",
-                b.latency(200).c_str());
+      if (has("engine")) {
+        std::printf("  ratios at RTT %g ms, python seconds / engine seconds (medians; > 1: the"
+                    " engine is faster):\n",
+                    o.rtts[ri]);
+        for (auto& c : connects)
+          for (auto& t : o.transports) {
+            if (!has(python_label(t, o.workers[0], c)))
+              continue;
+            std::printf("    %-8s %s", t.c_str(),
+                        c == "before" ? "warm (connections opened before the clock)"
+                                      : "cold (connections opened in the window)    ");
+            for (auto w : o.workers) {
+              double tp = med(python_label(t, w, c), secs);
+              std::printf("  py%d/engine = %5.2fx", w, te > 0 ? tp / te : 0);
+            }
+            std::printf("\n");
+          }
+      }
+      s.relay().set_rtt_ms(o.rtts[ri]);
+      latencies[ri] = b.latency(200);
+      std::printf("  per-call latency at RTT %g ms, one engine link, no proxies: %s\n",
+                  o.rtts[ri], latencies[ri].c_str());
+    }
+
+    // One summary across the RTTs: the medians again, side by side.
+    if (has("engine")) {
+      std::printf("\n==== summary: median seconds to convergence and python/engine ratios"
+                  " per RTT (%d run(s)) ====\n",
+                  o.runs);
+      for (auto& c : connects)
+        for (auto& t : o.transports) {
+          if (!has(python_label(t, o.workers[0], c)))
+            continue;
+          for (size_t ri = 0; ri < nr; ++ri) {
+            auto med = [&](const std::string& label) {
+              std::vector<double> xs;
+              for (auto& m : results[ri][label])
+                if (m.ok())
+                  xs.push_back(m.seconds);
+              return median(xs);
+            };
+            double te = med("engine");
+            std::printf("  RTT %5g ms  %-8s %s  engine %6.3f s", o.rtts[ri], t.c_str(),
+                        c == "before" ? "warm" : "cold", te);
+            for (auto w : o.workers) {
+              double tp = med(python_label(t, w, c));
+              std::printf("  py%d %6.3f s (py%d/engine %5.2fx)", w, tp, w,
+                          te > 0 ? tp / te : 0);
+            }
+            std::printf("\n");
+          }
+        }
+    }
+    auto live_before = s.relay().live(); // the engine's links are stopped; the script exited
+    auto stop_t = clock_type::now();
+    s.relay().stop();
+    std::printf("\nrelay: %llu connections (%llu failed connects), %.1f MB to sshd, %.1f MB"
+                " back; %zu live before stop, %zu after; stopped and joined in %.0f ms\n",
+                static_cast<unsigned long long>(s.relay().connections()),
+                static_cast<unsigned long long>(s.relay().failed_connects()),
+                static_cast<double>(s.relay().bytes(0)) / 1e6,
+                static_cast<double>(s.relay().bytes(1)) / 1e6, live_before, s.relay().live(),
+                seconds_since(stop_t) * 1000);
     std::printf("\ntotal %.1f s\n", seconds_since(t0));
   } catch (const std::exception& e) {
     std::printf("bench-converge: FAILED: %s\n", e.what());
