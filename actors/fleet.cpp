@@ -66,8 +66,10 @@ config_diff diff(const engine_config& from, const engine_config& to) {
     auto old = by_name(from.proxies, p.name);
     if (!old)
       d.proxies_added.push_back(p.name);
-    else if (!(*old == p) || touched(d.hosts_changed, p.host)
-             || (!p.image.empty() && touched(d.images_changed, p.image)))
+    else if (auto imgs = p.images();
+             !(*old == p) || touched(d.hosts_changed, p.host)
+             || std::any_of(imgs.begin(), imgs.end(),
+                            [&](auto& i) { return touched(d.images_changed, i); }))
       d.proxies_changed.push_back(p.name);
   }
   for (auto& p : from.proxies)
@@ -135,17 +137,17 @@ void retire_link(fleet_pointer self, const std::string& host, const std::string&
 // One image actor per (image, host) that a proxy needs, spawned on first
 // need: the provider entry is the fleet's own, so every cache entry is
 // (entry, image) on a host.
-image_actor image_for(fleet_pointer self, const proxy_spec& p) {
+image_actor image_for(fleet_pointer self, const std::string& image, const std::string& host) {
   auto& st = self->state;
-  if (p.image.empty())
+  if (image.empty())
     return {};
-  auto key = p.image + "@" + p.host;
+  auto key = image + "@" + host;
   if (auto i = st.images.find(key); i != st.images.end())
     return i->second;
-  auto cfg_of = by_name(st.cfg.images, p.image); // validated: declared
+  auto cfg_of = by_name(st.cfg.images, image); // validated: declared
   image_options o;
   o.entry = st.cfg.entry;
-  o.host = host_of(self, p.host); // validated: the host has a pool
+  o.host = host_of(self, host); // validated: the host has a pool
   o.image = images::image_source{cfg_of->name, cfg_of->url, cfg_of->sha256, cfg_of->size,
                                  cfg_of->format};
   o.transfer_budget = cfg_of->transfer_budget;
@@ -189,13 +191,23 @@ void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
   o.address_grace = st.cfg.address_grace;
   o.call_timeout = caller_timeout(h);
   o.link = st.links.at(p.host);
-  o.image = image_for(self, p);
+  o.image = image_for(self, p.image, p.host);
+  o.kernel = image_for(self, p.kernel, p.host);
+  o.initrd = image_for(self, p.initrd, p.host);
   o.pool = h.pool;
+  for (auto& name : p.images()) {
+    auto img = by_name(st.cfg.images, name); // validated: declared
+    // A waiter outlasts the longest budget of the images it needs.
+    o.image_timeout = std::max(o.image_timeout, img->transfer_budget + std::chrono::minutes(1));
+  }
   if (auto img = by_name(st.cfg.images, p.image)) {
-    o.image_timeout = img->transfer_budget + std::chrono::minutes(1); // outlasts the budget
     o.image_format = img->format == "qcow2" ? "qcow2" : "raw";
     o.image_sha256 = img->sha256;
   }
+  if (auto img = by_name(st.cfg.images, p.kernel))
+    o.kernel_sha256 = img->sha256;
+  if (auto img = by_name(st.cfg.images, p.initrd))
+    o.initrd_sha256 = img->sha256;
   o.sink = status_sink_actor{self};
   auto proxy = self->spawn(make_proxy, std::move(o));
   self->monitor(proxy);

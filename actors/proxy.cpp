@@ -16,7 +16,8 @@
 namespace egress {
 
 std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
-                      const std::string& image_sha256) {
+                      const std::string& image_sha256, const std::string& kernel_sha256,
+                      const std::string& initrd_sha256) {
   // A canonical, unambiguous text: each field on its own line, tags in order.
   std::string text = "v1\n" + spec.name + "\n" + domain_type + "\n"
                      + std::to_string(spec.vcpus) + "\n"
@@ -24,12 +25,16 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
   for (auto& t : spec.tags)
     text += "tag:" + t + "\n";
   // Appended only with an image, so that image-less specs keep their hashes.
-  if (!spec.image.empty())
+  if (!spec.image.empty() || !spec.kernel.empty())
     text += "image:" + spec.image + "\nport:" + std::to_string(spec.port)
             + "\nallow-from:" + spec.allow_from + "\n";
   // A new base image (same name, new digest) means a new VM, too.
   if (!image_sha256.empty())
     text += "image-sha256:" + image_sha256 + "\n";
+  if (!spec.kernel.empty())
+    text += "kernel:" + spec.kernel + "\nkernel-sha256:" + kernel_sha256 + "\ninitrd:"
+            + spec.initrd + "\ninitrd-sha256:" + initrd_sha256 + "\ncmdline:" + spec.cmdline
+            + "\n";
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
@@ -198,43 +203,67 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   }
 }
 
-// Waits for the proxy's base image (one transfer for all proxies on the host
-// that need it, run by the image actor) and creates the domain once it is
-// verified in the pool. The proxy stays pending meanwhile: a transient image
-// failure is retried by the next poll, a permanent one is shown as the
-// proxy's error.
-void ensure_image_then_create(proxy_pointer self) {
+// The images this proxy boots from, by role, that are not verified yet.
+std::vector<std::pair<std::string, image_actor>> missing_images(proxy_pointer self) {
+  auto& st = self->state;
+  std::vector<std::pair<std::string, image_actor>> out;
+  for (auto& [role, actor] : {std::pair{"disk", st.opts.image},
+                              std::pair{"kernel", st.opts.kernel},
+                              std::pair{"initrd", st.opts.initrd}})
+    if (actor && !st.ready.contains(role))
+      out.emplace_back(role, actor);
+  return out;
+}
+
+bool uses_images(const proxy_state& st) {
+  return st.opts.image || st.opts.kernel;
+}
+
+// Waits for the images the proxy boots from (one transfer for all proxies on
+// the host that need one, run by its image actor) and creates the domain once
+// all are verified in the pool. The proxy stays pending meanwhile: a
+// transient image failure is retried by the next poll, a permanent one is
+// shown as the proxy's error.
+void ensure_images_then_create(proxy_pointer self) {
   auto& st = self->state;
   if (st.waiting_image)
     return;
+  auto missing = missing_images(self);
   st.waiting_image = true;
   st.busy = true;
-  self->request(st.opts.image, st.opts.image_timeout, atom::ensure_v)
-    .then(
-      [self](image_ready& r) {
-        auto& st = self->state;
-        st.waiting_image = false;
-        st.busy = false;
-        st.have_image = true;
-        st.image = std::move(r);
-        log::info("proxy", st.opts.spec.name + ": base image ready as " + st.image.volume);
-        create(self);
-      },
-      [self](caf::error& err) {
-        auto before = self->state.status;
-        self->state.waiting_image = false;
-        self->state.busy = false;
-        // Never latches: a permanent image error is fixed by a config change,
-        // and the image actor answers it at once until then.
-        record_error(self, err, false);
-        publish(self, before);
-      });
+  st.ensures_left = static_cast<uint32_t>(missing.size());
+  auto one_done = [self] {
+    auto& st = self->state;
+    if (--st.ensures_left > 0)
+      return;
+    st.waiting_image = false;
+    st.busy = false;
+    if (missing_images(self).empty())
+      create(self);
+  };
+  for (auto& [role, actor] : missing)
+    self->request(actor, st.opts.image_timeout, atom::ensure_v)
+      .then(
+        [self, role = role, one_done](image_ready& r) {
+          auto& st = self->state;
+          log::info("proxy", st.opts.spec.name + ": " + role + " image ready as " + r.volume);
+          st.ready[role] = std::move(r);
+          one_done();
+        },
+        [self, one_done](caf::error& err) {
+          auto before = self->state.status;
+          // Never latches: a permanent image error is fixed by a config
+          // change, and the image actor answers it at once until then.
+          record_error(self, err, false);
+          publish(self, before);
+          one_done();
+        });
 }
 
 void create(proxy_pointer self) {
   auto& st = self->state;
-  if (st.opts.image && !st.have_image) {
-    ensure_image_then_create(self);
+  if (!missing_images(self).empty()) {
+    ensure_images_then_create(self);
     return;
   }
   st.status.phase = proxy_phase::creating;
@@ -255,8 +284,15 @@ void create(proxy_pointer self) {
   auto sources = sources_of(st.opts.address_sources);
   std::function<caf::expected<domain_reading>(lv::connection&)> job
     = [ds, sources](lv::connection& c) { return lv::define_and_start(c, ds, sources); };
-  if (st.have_image) {
-    // Overlay on the cached image, cloud-init seed, then the domain.
+  if (uses_images(st)) {
+    // Overlay on the cached image (if it has a disk), the kernel and initrd
+    // by path (kernel boot), cloud-init seed, then the domain.
+    if (auto k = st.ready.find("kernel"); k != st.ready.end()) {
+      ds.kernel = k->second.path;
+      ds.cmdline = st.opts.spec.cmdline;
+    }
+    if (auto i = st.ready.find("initrd"); i != st.ready.end())
+      ds.initrd = i->second.path;
     auto seed = cloudinit::render_seed({ds.mark.uid, st.opts.spec.name,
                                         static_cast<uint16_t>(st.opts.spec.port),
                                         st.opts.spec.allow_from});
@@ -269,7 +305,8 @@ void create(proxy_pointer self) {
     }
     provision::vm_request req;
     req.pool = st.opts.pool;
-    req.base_path = st.image.path;
+    if (auto d = st.ready.find("disk"); d != st.ready.end())
+      req.base_path = d->second.path;
     req.base_format = st.opts.image_format;
     req.volumes = provision::proxy_volumes::of(st.opts.entry, st.opts.spec.name);
     req.seed = std::move(*seed);
@@ -381,7 +418,8 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
   st.name = "proxy/" + st.opts.spec.name;
-  st.spec_hash = spec_hash(st.opts.spec, st.opts.domain_type, st.opts.image_sha256);
+  st.spec_hash = spec_hash(st.opts.spec, st.opts.domain_type, st.opts.image_sha256,
+                           st.opts.kernel_sha256, st.opts.initrd_sha256);
   st.status.name = st.opts.spec.name;
   st.status.host = st.opts.spec.host;
   // Announce the proxy before its first poll, so status lists it at once.

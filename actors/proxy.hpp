@@ -6,6 +6,7 @@
 // is never touched. A transient error is recorded but never latches the proxy
 // as failed (invariant 10); only a permanent error does.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct proxy_options {
   std::string pool;       // the host's pool: overlay and seed volumes
   std::string image_format = "qcow2"; // the base image's format (qcow2 or raw)
   std::string image_sha256;           // its digest: part of the spec hash
+  // Kernel boot: the kernel's and the initrd's cache entries (null: none),
+  // and their digests (part of the spec hash).
+  image_actor kernel;
+  image_actor initrd;
+  std::string kernel_sha256;
+  std::string initrd_sha256;
   caf::timespan image_timeout = std::chrono::minutes(31); // how long it waits
   status_sink_actor sink; // receives proxy_status on every change (optional)
 };
@@ -43,9 +50,10 @@ struct proxy_state {
   bool create_failed = false; // permanent create error: do not retry blindly
   bool erasing = false;
   bool in_grace = false;      // running on its last address (docs/spec.md 11)
-  bool have_image = false;    // the base image is verified in the pool
-  bool waiting_image = false; // an ensure is outstanding
-  image_ready image;
+  bool waiting_image = false; // ensures are outstanding
+  uint32_t ensures_left = 0;
+  // The images it needs, verified in the pool, by role: disk, kernel, initrd.
+  std::map<std::string, image_ready> ready;
   std::vector<caf::typed_response_promise<proxy_status>> erase_waiters;
 };
 
@@ -54,9 +62,11 @@ using proxy_pointer = proxy_actor::stateful_pointer<proxy_state>;
 proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts);
 
 /// sha256 (hex) over everything in the spec that shapes the VM, and the
-/// digest of its base image. A change means the VM is replaced.
+/// digests of the images it boots from. A change means the VM is replaced.
 std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
-                      const std::string& image_sha256 = {});
+                      const std::string& image_sha256 = {},
+                      const std::string& kernel_sha256 = {},
+                      const std::string& initrd_sha256 = {});
 
 /// A fresh random uid for a mark (128 bits, hex).
 std::string new_uid();

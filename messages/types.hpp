@@ -43,14 +43,29 @@ struct proxy_spec {
   std::string image; // the declared image its disk is based on ("" = none)
   uint32_t port = 8888;                      // the proxy's port in the VM (seed)
   std::string allow_from = "192.168.122.0/24"; // clients it serves (seed)
+  // Kernel boot (an appliance that runs from its initramfs): declared images
+  // of format kernel and initrd, referenced by path; no disk needed.
+  std::string kernel;
+  std::string initrd;
+  std::string cmdline;
 
   bool operator==(const proxy_spec&) const = default;
+
+  /// Every declared image this proxy needs, disk first.
+  std::vector<std::string> images() const {
+    std::vector<std::string> out;
+    for (auto* x : {&image, &kernel, &initrd})
+      if (!x->empty())
+        out.push_back(*x);
+    return out;
+  }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, proxy_spec& x) {
   return f(caf::meta::type_name("proxy_spec"), x.name, x.host, x.vcpus,
-           x.memory_mib, x.network, x.tags, x.image, x.port, x.allow_from);
+           x.memory_mib, x.network, x.tags, x.image, x.port, x.allow_from, x.kernel,
+           x.initrd, x.cmdline);
 }
 
 /// Everything the libvirt provider needs to define one domain.
@@ -64,6 +79,9 @@ struct domain_spec {
   std::string disk;        // path of the system disk (the overlay); empty = none
   std::string disk_format; // its format: qcow2 or raw
   std::string seed;        // path of the cloud-init seed ISO; empty = none
+  std::string kernel;      // path of the kernel to boot directly; empty = none
+  std::string initrd;      // its initramfs (only with a kernel)
+  std::string cmdline;     // its command line (only with a kernel)
   domain_mark mark;
 };
 
@@ -71,7 +89,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_spec& x) {
   return f(caf::meta::type_name("domain_spec"), x.name, x.domain_type, x.vcpus,
            x.memory_mib, x.network, x.console_log, x.disk, x.disk_format, x.seed,
-           x.mark);
+           x.kernel, x.initrd, x.cmdline, x.mark);
 }
 
 /// libvirt's virDomainState, in our own words.

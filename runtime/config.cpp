@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -415,18 +416,44 @@ void check_engine(problems& out, const engine_config& cfg) {
     auto path = at("engine.proxies", i);
     auto& p = cfg.proxies[i];
     check_proxy(out, path, p, hosts, proxies);
-    if (p.image.empty())
+    if (p.kernel.empty() && !p.initrd.empty())
+      out.add(at(path, "initrd"), "needs a kernel (set kernel too)");
+    if (p.kernel.empty() && !p.cmdline.empty())
+      out.add(at(path, "cmdline"), "needs a kernel (set kernel too)");
+    bool printable = std::all_of(p.cmdline.begin(), p.cmdline.end(),
+                                 [](unsigned char c) { return c >= 0x20 && c < 0x7f; });
+    if (!printable || p.cmdline.size() > 2048)
+      out.add(at(path, "cmdline"), "must be printable ASCII, at most 2048 bytes");
+    if (p.image.empty() && p.kernel.empty())
       continue;
-    if (!images.contains(p.image)) {
-      std::vector<std::string> declared;
-      for (auto& entry : images)
-        declared.push_back(entry.first);
-      out.add(at(path, "image"), "undeclared image " + lv::quote(p.image)
-                                   + " (declared images: "
-                                   + (declared.empty() ? std::string{"none"} : join(declared))
-                                   + ")");
-      continue;
+    // Each image a proxy names must be declared, and of the format its role
+    // needs: a disk is qcow2 or raw, a kernel a kernel, an initrd an initrd.
+    bool all_declared = true;
+    for (auto [key, name, formats, wanted] :
+         {std::tuple{"image", &p.image, " qcow2 raw ", "qcow2 or raw"},
+          std::tuple{"kernel", &p.kernel, " kernel ", "kernel"},
+          std::tuple{"initrd", &p.initrd, " initrd ", "initrd"}}) {
+      if (name->empty())
+        continue;
+      if (!images.contains(*name)) {
+        std::vector<std::string> declared;
+        for (auto& entry : images)
+          declared.push_back(entry.first);
+        out.add(at(path, key), "undeclared image " + lv::quote(*name) + " (declared images: "
+                                 + (declared.empty() ? std::string{"none"} : join(declared))
+                                 + ")");
+        all_declared = false;
+        continue;
+      }
+      for (auto& img : cfg.images)
+        if (img.name == *name
+            && std::string_view{formats}.find(" " + img.format + " ") == std::string_view::npos)
+          out.add(at(path, key), "image " + lv::quote(*name) + " has format "
+                                   + lv::quote(img.format) + "; " + key + " needs "
+                                   + wanted);
     }
+    if (!all_declared)
+      continue;
     // What goes into the VM's seed: checked the way the seed checks it.
     if (auto seed = cloudinit::render_seed({"check", p.name, static_cast<uint16_t>(p.port),
                                             p.allow_from});
@@ -434,10 +461,12 @@ void check_engine(problems& out, const engine_config& cfg) {
       out.add(at(path, "allow-from"),
               detail(seed.error()).substr(std::string{"proxy_seed.allow_cidr: "}.size()));
     for (auto& h : cfg.hosts)
-      if (h.name == p.host && h.pool.empty())
-        out.add(at(path, "image"), "host " + lv::quote(h.name)
-                                     + " has no pool to keep image " + lv::quote(p.image)
-                                     + " in (set its pool)");
+      if (h.name == p.host && h.pool.empty()) {
+        auto key = p.image.empty() ? "kernel" : "image";
+        out.add(at(path, key), "host " + lv::quote(h.name) + " has no pool to keep image "
+                                 + lv::quote(p.image.empty() ? p.kernel : p.image)
+                                 + " in (set its pool)");
+      }
   }
 }
 
@@ -661,7 +690,7 @@ proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
   proxy_spec p;
   dict_reader r{out, d, path,
                 {"name", "host", "vcpus", "memory-mib", "network", "tags", "image", "port",
-                 "allow-from"}};
+                 "allow-from", "kernel", "initrd", "cmdline"}};
   r.read("name", p.name, true);
   r.read("host", p.host, true);
   r.read("vcpus", p.vcpus, vcpus_range);
@@ -671,6 +700,9 @@ proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
   r.read("image", p.image);
   r.read("port", p.port, port_range);
   r.read("allow-from", p.allow_from);
+  r.read("kernel", p.kernel);
+  r.read("initrd", p.initrd);
+  r.read("cmdline", p.cmdline);
   r.finish();
   return p;
 }

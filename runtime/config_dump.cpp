@@ -104,8 +104,13 @@ std::string dump_config(const engine_config& cfg) {
     if (!p.network.empty())
       out += ", network = " + quoted(p.network);
     if (!p.image.empty())
-      out += ", image = " + quoted(p.image) + ", port = " + std::to_string(p.port)
-             + ", allow-from = " + quoted(p.allow_from);
+      out += ", image = " + quoted(p.image);
+    if (!p.kernel.empty())
+      out += ", kernel = " + quoted(p.kernel)
+             + (p.initrd.empty() ? std::string{} : ", initrd = " + quoted(p.initrd))
+             + (p.cmdline.empty() ? std::string{} : ", cmdline = " + quoted(p.cmdline));
+    if (!p.image.empty() || !p.kernel.empty())
+      out += ", port = " + std::to_string(p.port) + ", allow-from = " + quoted(p.allow_from);
     out += ", tags = " + list(p.tags) + " },\n";
   }
   out += "]\n";

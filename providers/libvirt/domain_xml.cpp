@@ -82,6 +82,15 @@ caf::error check_spec(const domain_spec& s) {
     return err;
   if (auto err = check_path("domain.seed", s.seed))
     return err;
+  if (auto err = check_path("domain.kernel", s.kernel))
+    return err;
+  if (auto err = check_path("domain.initrd", s.initrd))
+    return err;
+  if (s.kernel.empty() && (!s.initrd.empty() || !s.cmdline.empty()))
+    return bad("domain.kernel", s.kernel, "is required with an initrd or a cmdline");
+  // Text in XML, escaped by pugixml; printable so that logs show what boots.
+  if (s.cmdline.size() > 2048 || !all_of(s.cmdline, path_char))
+    return bad("domain.cmdline", s.cmdline, "must be printable ASCII, at most 2048 bytes");
   if (!s.disk.empty() && s.disk_format != "qcow2" && s.disk_format != "raw")
     return bad("domain.disk_format", s.disk_format, "must be qcow2 or raw");
   return check_mark("domain.mark", s.mark);
@@ -179,9 +188,17 @@ caf::expected<std::string> build_domain_xml(const domain_spec& spec) {
   mem.append_attribute("unit") = "MiB";
   mem.text().set(spec.memory_mib);
   dom.append_child("vcpu").text().set(spec.vcpus);
-  auto type = dom.append_child("os").append_child("type");
+  auto os = dom.append_child("os");
+  auto type = os.append_child("type");
   type.append_attribute("arch") = "x86_64";
   type.text().set("hvm");
+  if (!spec.kernel.empty()) {
+    os.append_child("kernel").text().set(spec.kernel.c_str());
+    if (!spec.initrd.empty())
+      os.append_child("initrd").text().set(spec.initrd.c_str());
+    if (!spec.cmdline.empty())
+      os.append_child("cmdline").text().set(spec.cmdline.c_str());
+  }
   append_mark(dom.append_child("metadata"), spec.mark);
   auto devices = dom.append_child("devices");
   if (!spec.disk.empty()) {

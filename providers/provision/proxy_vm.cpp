@@ -36,9 +36,11 @@ caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req
     return err;
   if (auto err = lv::delete_volume(c, req.pool, v.seed))
     return err;
-  auto disk = lv::create_overlay(c, req.pool, v.disk, req.base_path, req.base_format);
-  if (!disk)
-    return disk.error();
+  // A kernel-boot appliance may run from its initramfs alone: no disk.
+  if (!req.base_path.empty())
+    if (auto disk = lv::create_overlay(c, req.pool, v.disk, req.base_path, req.base_format);
+        !disk)
+      return disk.error();
   auto fail = [&](caf::error err) -> caf::expected<domain_reading> {
     remove_quietly(c, req.pool, v.seed);
     remove_quietly(c, req.pool, v.disk);
@@ -60,15 +62,17 @@ caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req
                               });
   if (up)
     return fail(up);
-  auto disk_path = path_of(c, req.pool, v.disk);
-  if (!disk_path)
-    return fail(disk_path.error());
+  auto spec = req.domain;
+  if (!req.base_path.empty()) {
+    auto disk_path = path_of(c, req.pool, v.disk);
+    if (!disk_path)
+      return fail(disk_path.error());
+    spec.disk = *disk_path;
+    spec.disk_format = "qcow2";
+  }
   auto seed_path = path_of(c, req.pool, v.seed);
   if (!seed_path)
     return fail(seed_path.error());
-  auto spec = req.domain;
-  spec.disk = *disk_path;
-  spec.disk_format = "qcow2";
   spec.seed = *seed_path;
   auto r = lv::define_and_start(c, spec, req.sources);
   if (!r)

@@ -32,7 +32,7 @@ struct proxy_volumes {
 
 struct vm_request {
   std::string pool;
-  std::string base_path;    // the cached image's data volume
+  std::string base_path;    // the cached disk image's data volume ("" = no disk)
   std::string base_format;  // qcow2 or raw
   proxy_volumes volumes;
   cloudinit::seed_files seed;
@@ -40,7 +40,8 @@ struct vm_request {
   std::vector<lv::address_source> sources; // read right after the start
 };
 
-/// Overlay, seed (built and uploaded), define + start. On failure, what this
+/// Overlay (with a base disk), seed (built and uploaded), define + start;
+/// a kernel boot's kernel and initrd paths come in `domain`. On failure, what this
 /// attempt created is removed (the domain by define_and_start itself).
 caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req);
 

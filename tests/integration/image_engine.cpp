@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include <caf/scoped_actor.hpp>
 
@@ -79,6 +80,19 @@ struct fixture : test::engine_fixture {
     return cfg;
   }
 };
+
+// Just enough of a bzImage for QEMU's Linux loader to take it (the "HdrS"
+// magic, a boot protocol that allows an initrd, four setup sectors): the
+// domain starts, and what it runs is beside the point here.
+std::string fake_bzimage() {
+  std::string k(256 * 1024, '\0');
+  k[0x1f1] = 4;                             // setup_sects
+  k.replace(0x202, 4, "HdrS");              // header magic
+  k[0x206] = 0x0c;                          // boot protocol 2.12
+  k[0x207] = 0x02;
+  k.replace(0x22c, 4, std::string{"\xff\xff\xff\x7f", 4}); // initrd_addr_max
+  return k;
+}
 
 const image_status* image_in(const fleet_status& st) {
   return st.images.empty() ? nullptr : &st.images.front();
@@ -161,6 +175,65 @@ BOOST_AUTO_TEST_CASE(proxies_wait_for_their_image_then_create_their_domains) {
   BOOST_CHECK(!std::filesystem::exists(pool_dir + "/" + v1.seed));
   BOOST_CHECK(std::filesystem::exists(pool_dir + "/" + v2.disk));
   BOOST_CHECK(std::filesystem::exists(pool_dir + "/" + i.volume));
+  BOOST_CHECK(!eng->stop());
+}
+
+// Kernel boot: the kernel and the initrd are cached images like any other
+// (verified, one per host) and reach the domain by path, with the command
+// line; the proxy needs no disk, only its seed.
+BOOST_AUTO_TEST_CASE(a_kernel_boot_proxy_gets_its_kernel_initrd_and_cmdline_by_path) {
+  testbed::temp_dir files{"kernel"};
+  auto kernel = fake_bzimage();
+  auto initrd = std::string(64 * 1024, 'r');
+  testbed::write_file(files / "vmlinuz", kernel);
+  testbed::write_file(files / "initrd.img", initrd);
+  auto cfg = config();
+  cfg.proxies.resize(1);
+  auto& p = cfg.proxies.front();
+  p.image.clear();
+  p.kernel = "vmlinuz";
+  p.initrd = "initrd";
+  p.cmdline = "console=ttyS0 panic=-1 egress=<&>";
+  for (auto [name, file, format, body] :
+       {std::tuple{"vmlinuz", "vmlinuz", "kernel", &kernel},
+        std::tuple{"initrd", "initrd.img", "initrd", &initrd}}) {
+    image_config img;
+    img.name = name;
+    img.url = "file://" + (files / file);
+    img.sha256 = mirror::sha256_hex(*body);
+    img.size = body->size();
+    img.format = format;
+    img.transfer_budget = 60s;
+    cfg.images.push_back(img);
+  }
+  BOOST_REQUIRE_MESSAGE(!validate(cfg), render(validate(cfg)));
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  stop_on_exit guard{eng};
+  bool created = wait_status(*eng, [](const fleet_status& st) {
+    if (st.proxies.empty())
+      return false;
+    auto& p = st.proxies.front();
+    return p.phase == proxy_phase::provisioning || p.phase == proxy_phase::running;
+  }, 60s);
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  BOOST_TEST_MESSAGE("proxy: " << to_string(st->proxies.front().phase) << " "
+                               << st->proxies.front().last_error);
+  BOOST_REQUIRE(created);
+  BOOST_CHECK_EQUAL(st->images.size(), 2u); // "base" is declared but nobody needs it
+  auto xml = lv.virsh({"dumpxml", "px-1"}).output;
+  auto kvol = images::volume_names::of("imgeng", "vmlinuz", mirror::sha256_hex(kernel)).data;
+  auto ivol = images::volume_names::of("imgeng", "initrd", mirror::sha256_hex(initrd)).data;
+  BOOST_CHECK_MESSAGE(xml.find("<kernel>" + pool_dir + "/" + kvol + "</kernel>")
+                        != std::string::npos, xml);
+  BOOST_CHECK(xml.find("<initrd>" + pool_dir + "/" + ivol + "</initrd>") != std::string::npos);
+  BOOST_CHECK(xml.find("<cmdline>console=ttyS0 panic=-1 egress=&lt;&amp;&gt;</cmdline>")
+              != std::string::npos);
+  auto vols = provision::proxy_volumes::of("imgeng", "px-1");
+  BOOST_CHECK(xml.find(pool_dir + "/" + vols.seed) != std::string::npos);
+  BOOST_CHECK(!std::filesystem::exists(pool_dir + "/" + vols.disk)); // no disk at all
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + kvol) == kernel);
   BOOST_CHECK(!eng->stop());
 }
 

@@ -27,7 +27,7 @@ constexpr const char* engine_keys =
   "entry, poll-interval, address-grace, shutdown-timeout, redial-min, redial-max, gc, probe, "
   "hosts, images, proxies";
 constexpr const char* proxy_keys =
-  "name, host, vcpus, memory-mib, network, tags, image, port, allow-from";
+  "name, host, vcpus, memory-mib, network, tags, image, port, allow-from, kernel, initrd, cmdline";
 
 // A minimal valid engine section; tests append keys or whole sections.
 constexpr const char* minimal = "[engine]\n"
@@ -680,6 +680,39 @@ BOOST_AUTO_TEST_CASE(proxy_seed_settings_are_checked) {
                       + line("engine.proxies[0].allow-from",
                              "\"10.0.0.0\" is not an address with a prefix length "
                              "(e.g. 10.0.0.0/8 or fd00::/64)"));
+}
+
+BOOST_AUTO_TEST_CASE(kernel_boot_images_are_checked_by_role) {
+  auto images = std::string{"images = [{name = \"k\", url = \"http://m/k\", format = \"kernel\","
+                            " sha256 = \""} + digest + "\"},\n"
+                + "  {name = \"i\", url = \"http://m/i\", format = \"initrd\", sha256 = \""
+                + digest + "\"},\n"
+                + "  {name = \"d\", url = \"http://m/d\", format = \"qcow2\", sha256 = \""
+                + digest + "\"}]\n";
+  auto head = std::string{"[engine]\nentry = \"e1\"\n"
+                          "hosts = [{name = \"hv1\", uri = \"test:///default\", pool = \"p\"}]\n"}
+              + images;
+  auto ok = load(head + "proxies = [{name = \"px-1\", host = \"hv1\", kernel = \"k\","
+                        " initrd = \"i\", cmdline = \"console=ttyS0\"}]\n");
+  BOOST_REQUIRE(ok);
+  BOOST_CHECK_EQUAL(ok->proxies[0].kernel, "k");
+  BOOST_CHECK_EQUAL(ok->proxies[0].initrd, "i");
+  BOOST_CHECK_EQUAL(ok->proxies[0].cmdline, "console=ttyS0");
+  BOOST_CHECK_EQUAL(problems(head + "proxies = [{name = \"px-1\", host = \"hv1\", image = \"k\","
+                                    " kernel = \"d\", initrd = \"nope\"},\n"
+                                    "  {name = \"px-2\", host = \"hv1\", initrd = \"i\","
+                                    " cmdline = \"quiet\"}]\n"),
+                    line("engine.proxies[0].image",
+                         "image \"k\" has format \"kernel\"; image needs qcow2 or raw")
+                      + "\n"
+                      + line("engine.proxies[0].kernel",
+                             "image \"d\" has format \"qcow2\"; kernel needs kernel")
+                      + "\n"
+                      + line("engine.proxies[0].initrd",
+                             "undeclared image \"nope\" (declared images: d, i, k)")
+                      + "\n" + line("engine.proxies[1].initrd", "needs a kernel (set kernel too)")
+                      + "\n"
+                      + line("engine.proxies[1].cmdline", "needs a kernel (set kernel too)"));
 }
 
 BOOST_AUTO_TEST_CASE(probe_settings_load_with_defaults_and_a_target_means_http) {
