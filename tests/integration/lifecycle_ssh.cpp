@@ -18,25 +18,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct daemons {
-  testbed::libvirtd lv;
-  testbed::sshd ssh;
-
-  static testbed::libvirtd_options lv_options() {
-    testbed::libvirtd_options o;
-    o.warm_qemu_caps = false; // the test driver needs no QEMU probe
-    return o;
-  }
-
-  daemons() : lv(lv_options()) {
-    testbed::require_root_or_skip();
-    lv.start();
-    ssh.start();
-  }
-};
-
 struct fixture : test::engine_fixture {
-  daemons d;
+  test::test_driver_daemons d;
   // The daemon's test driver keeps its state while a connection is open:
   // this one holds it across engine restarts, as a real host's disks would.
   lv::connection_ptr witness = [this] {

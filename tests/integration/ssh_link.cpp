@@ -31,22 +31,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-struct daemons {
-  testbed::libvirtd lv;
-  testbed::sshd ssh;
-
-  static testbed::libvirtd_options lv_options() {
-    testbed::libvirtd_options o;
-    o.warm_qemu_caps = false; // the test driver needs no QEMU probe
-    return o;
-  }
-
-  daemons() : lv(lv_options()) {
-    testbed::require_root_or_skip();
-    lv.start();
-    ssh.start();
-  }
-
+struct daemons : test::test_driver_daemons {
   host_config host(std::string name = "hv1") const {
     auto h = test::ssh_host(ssh, lv, std::move(name));
     h.call_budget = 2s;

@@ -35,4 +35,24 @@ inline host_config ssh_host(const testbed::sshd& ssh, const testbed::libvirtd& l
   return h;
 }
 
+/// A private libvirtd that serves its test driver (no QEMU probe) and a
+/// private sshd in front of it: what suites that exercise the SSH path
+/// without booting anything start from. Skips (exit 77) without root.
+struct test_driver_daemons {
+  testbed::libvirtd lv;
+  testbed::sshd ssh;
+
+  static testbed::libvirtd_options lv_options() {
+    testbed::libvirtd_options o;
+    o.warm_qemu_caps = false; // the test driver needs no QEMU probe
+    return o;
+  }
+
+  test_driver_daemons() : lv(lv_options()) {
+    testbed::require_root_or_skip();
+    lv.start();
+    ssh.start();
+  }
+};
+
 } // namespace egress::test
