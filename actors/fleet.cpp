@@ -195,6 +195,7 @@ void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
   o.kernel = image_for(self, p.kernel, p.host);
   o.initrd = image_for(self, p.initrd, p.host);
   o.pool = h.pool;
+  o.console_log_dir = h.console_log_dir;
   for (auto& name : p.images()) {
     auto img = by_name(st.cfg.images, name); // validated: declared
     // A waiter outlasts the longest budget of the images it needs.

@@ -273,6 +273,8 @@ void create(proxy_pointer self) {
   ds.vcpus = st.opts.spec.vcpus;
   ds.memory_mib = st.opts.spec.memory_mib;
   ds.network = st.opts.spec.network;
+  if (!st.opts.console_log_dir.empty())
+    ds.console_log = st.opts.console_log_dir + "/" + st.opts.spec.name + ".console.log";
   ds.mark.uid = new_uid();
   ds.mark.created_at = now_rfc3339();
   ds.mark.entry = st.opts.entry;

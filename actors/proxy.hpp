@@ -28,6 +28,7 @@ struct proxy_options {
   host_link_actor link;
   image_actor image;      // its base image's cache entry (null: no image)
   std::string pool;       // the host's pool: overlay and seed volumes
+  std::string console_log_dir; // on the host; "" = no serial console log
   std::string image_format = "qcow2"; // the base image's format (qcow2 or raw)
   std::string image_sha256;           // its digest: part of the spec hash
   // Kernel boot: the kernel's and the initrd's cache entries (null: none),

@@ -304,6 +304,13 @@ void check_host(problems& out, const std::string& path, const host_config& h,
                                        + lv::quote(h.domain_type));
   check_optional_name(out, at(path, "pool"), h.pool);
   check_optional_name(out, at(path, "network"), h.network);
+  // A path on the host that reaches domain XML: absolute, printable, no '..'.
+  if (auto& d = h.console_log_dir;
+      !d.empty()
+      && (d.front() != '/' || (d + "/").find("/../") != std::string::npos
+          || !std::all_of(d.begin(), d.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; })))
+    out.add(at(path, "console-log-dir"),
+            "expected an absolute path without spaces or '..', got " + lv::quote(d));
   check_range(out, at(path, "max-calls"), h.max_calls, max_calls_range);
   check_positive(out, at(path, "call-budget"), h.call_budget);
   check_positive(out, at(path, "connect-timeout"), h.connect_timeout);
@@ -636,7 +643,7 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
                       const fs::path& base) {
   host_config h;
   dict_reader r{out, d, path,
-                {"name", "uri", "test-node", "domain-type", "pool", "network",
+                {"name", "uri", "test-node", "domain-type", "pool", "network", "console-log-dir",
                  "max-calls", "call-budget", "connect-timeout", "address-sources",
                  "transport", "address", "port", "user", "key-file", "known-hosts",
                  "remote-socket", "remote-command", "socket", "bridge-dir",
@@ -660,6 +667,7 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
   r.read("domain-type", h.domain_type);
   r.read("pool", h.pool);
   r.read("network", h.network);
+  r.read("console-log-dir", h.console_log_dir);
   r.read("max-calls", h.max_calls, max_calls_range);
   r.read("call-budget", h.call_budget);
   r.read("connect-timeout", h.connect_timeout);

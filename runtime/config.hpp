@@ -21,6 +21,10 @@ struct host_config {
   std::string domain_type;  // "test" for test:// URIs unless set; otherwise "kvm" unless set
   std::string pool;         // storage pool for the engine's volumes ("" = none yet)
   std::string network;      // default libvirt network for proxies on this host ("" = no NIC)
+  // Where the host keeps each proxy's serial console log,
+  // <dir>/<proxy>.console.log (absolute, on the host; "" = no log). The
+  // directory must exist and be writable by the hypervisor's user.
+  std::string console_log_dir;
   uint32_t max_calls = 5;   // libvirtd's max_client_requests default
   caf::timespan call_budget = std::chrono::seconds(30);
   caf::timespan connect_timeout = std::chrono::seconds(10);

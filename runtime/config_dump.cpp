@@ -84,6 +84,8 @@ std::string dump_config(const engine_config& cfg) {
       out += ", pool = " + quoted(h.pool);
     if (!h.network.empty())
       out += ", network = " + quoted(h.network);
+    if (!h.console_log_dir.empty())
+      out += ", console-log-dir = " + quoted(h.console_log_dir);
     out += ", max-calls = " + std::to_string(h.max_calls)
            + ", call-budget = " + duration(h.call_budget)
            + ", connect-timeout = " + duration(h.connect_timeout)

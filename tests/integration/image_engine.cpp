@@ -206,6 +206,7 @@ BOOST_AUTO_TEST_CASE(a_kernel_boot_proxy_gets_its_kernel_initrd_and_cmdline_by_p
     img.transfer_budget = 60s;
     cfg.images.push_back(img);
   }
+  cfg.hosts.front().console_log_dir = files.path(); // the serial console goes here
   BOOST_REQUIRE_MESSAGE(!validate(cfg), render(validate(cfg)));
   auto eng = engine::start(*sys, cfg);
   BOOST_REQUIRE(eng);
@@ -234,6 +235,11 @@ BOOST_AUTO_TEST_CASE(a_kernel_boot_proxy_gets_its_kernel_initrd_and_cmdline_by_p
   BOOST_CHECK(xml.find(pool_dir + "/" + vols.seed) != std::string::npos);
   BOOST_CHECK(!std::filesystem::exists(pool_dir + "/" + vols.disk)); // no disk at all
   BOOST_CHECK(testbed::read_file(pool_dir + "/" + kvol) == kernel);
+  // The serial console is logged on the host, where the domain runs.
+  auto console = files / "px-1.console.log";
+  BOOST_CHECK_MESSAGE(xml.find("<serial type='file'>") != std::string::npos, xml);
+  BOOST_CHECK(xml.find("<source path='" + console + "'/>") != std::string::npos);
+  BOOST_CHECK(std::filesystem::exists(console));
   BOOST_CHECK(!eng->stop());
 }
 

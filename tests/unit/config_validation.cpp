@@ -245,7 +245,7 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_host) {
                        "hosts = [{name = \"hv1\", uri = \"test:///default\", max-call = 2}]\n");
   BOOST_CHECK_EQUAL(text, line("engine.hosts[0].max-call",
                                "unknown key (known keys: name, uri, test-node, "
-                               "domain-type, pool, network, max-calls, call-budget, "
+                               "domain-type, pool, network, console-log-dir, max-calls, call-budget, "
                                "connect-timeout, address-sources, transport, address, port, "
                          "user, key-file, known-hosts, remote-socket, remote-command, "
                          "socket, bridge-dir, keepalive-interval, keepalive-count, "
@@ -698,6 +698,10 @@ BOOST_AUTO_TEST_CASE(kernel_boot_images_are_checked_by_role) {
   BOOST_CHECK_EQUAL(ok->proxies[0].kernel, "k");
   BOOST_CHECK_EQUAL(ok->proxies[0].initrd, "i");
   BOOST_CHECK_EQUAL(ok->proxies[0].cmdline, "console=ttyS0");
+  BOOST_CHECK_EQUAL(problems("[engine]\nentry = \"e1\"\nhosts = [{name = \"hv1\","
+                             " uri = \"test:///default\", console-log-dir = \"logs/../x\"}]\n"),
+                    line("engine.hosts[0].console-log-dir",
+                         "expected an absolute path without spaces or '..', got \"logs/../x\""));
   BOOST_CHECK_EQUAL(problems(head + "proxies = [{name = \"px-1\", host = \"hv1\", image = \"k\","
                                     " kernel = \"d\", initrd = \"nope\"},\n"
                                     "  {name = \"px-2\", host = \"hv1\", initrd = \"i\","
