@@ -199,10 +199,9 @@ void update_target(health_pointer self, const proxy_status& s) {
   t.view.host = s.host;
   bool link_dead = st.hosts[s.host].link_dead;
   bool running = s.phase == proxy_phase::running && !s.address.empty();
-  if (t.view.address != s.address && t.view.in_rotation)
+  if (t.view.address != s.address) {
     leave(self, t, "its address changed from " + t.view.address + " to "
                      + (s.address.empty() ? std::string{"none"} : s.address));
-  if (t.view.address != s.address) {
     t.view.address = s.address;
     t.view.streak = 0;
     t.next_due = clock::now();
