@@ -1,0 +1,171 @@
+// End to end with real VMs: the appliance (scripts/appliance/build: a Debian
+// kernel and a busybox + tinyproxy initramfs) booted under QEMU/TCG by a
+// private libvirtd that the engine reaches through its SSH link, on an
+// isolated libvirt network in a namespace (support/local_host.hpp). The
+// engine downloads the appliance from a local HTTP mirror, verifies it,
+// uploads it, creates the VMs, finds their leases and probes each proxy by
+// sending an HTTP request through it; the suite then sends its own request
+// through every proxy, from the host's side, and reads each VM's console.
+#define BOOST_TEST_MODULE real_proxies
+#include <boost/test/unit_test.hpp>
+
+#include <cstdio>
+
+#include "support/engine_fixture.hpp"
+#include "support/local_host.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct checked {
+  test::appliance app;
+  checked() {
+    testbed::require_root_or_skip();
+    if (auto why = test::local_host::cannot_run(); !why.empty())
+      testbed::skip(why);
+    std::string why;
+    app = test::appliance::load(test::appliance::default_dir(), &why);
+    if (!app.ok())
+      testbed::skip(why);
+  }
+};
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct bed : test::engine_fixture {
+  checked check;
+  test::file_mirror mirror{check.app.dir};
+  test::local_host host;
+
+  engine_config config(const std::vector<std::string>& names) {
+    std::vector<std::pair<std::string, std::string>> proxies;
+    for (auto& n : names)
+      proxies.emplace_back(n, host.name());
+    auto cfg = test::appliance_config("e2e", check.app, mirror, {&host}, proxies);
+    BOOST_REQUIRE_MESSAGE(!validate(cfg), render(validate(cfg)));
+    return cfg;
+  }
+
+  /// An HTTP GET through the proxy at address:port, sent from the host's
+  /// namespace (as a client on the VM network would): the body, or "".
+  std::string fetch_through(const std::string& address) {
+    auto argv = host.netns().exec_prefix();
+    argv.insert(argv.end(),
+                {"/usr/bin/python3", "-c",
+                 "import sys, urllib.request as u\n"
+                 "o = u.build_opener(u.ProxyHandler({'http': 'http://" + address + ":"
+                   + std::to_string(test::local_host::proxy_port) + "'}))\n"
+                 "sys.stdout.write(o.open('" + host.target() + "', timeout=5).read().decode())\n"});
+    auto r = testbed::run(argv, 15s);
+    return r.ok() ? r.output : "";
+  }
+
+  /// The guest's own readiness line on its serial console ("" until then).
+  std::string ready_line(const std::string& proxy) {
+    auto text = testbed::read_file(host.console_log(proxy));
+    auto at = text.find("EGRESS READY");
+    if (at == std::string::npos)
+      return "";
+    return text.substr(at, text.find('\n', at) - at);
+  }
+
+  /// The guest's uptime when it printed READY: its own boot time.
+  double guest_boot_seconds(const std::string& proxy) {
+    auto line = ready_line(proxy);
+    auto at = line.find("uptime=");
+    return at == std::string::npos ? 0 : std::atof(line.c_str() + at + 7);
+  }
+
+  /// What a failed wait saw: each proxy, each image, the consoles.
+  void dump(engine& eng) {
+    auto st = eng.status();
+    if (!st)
+      return;
+    for (auto& p : st->proxies)
+      BOOST_TEST_MESSAGE(p.name << " " << to_string(p.phase) << " " << p.address
+                                << " rotation=" << p.in_rotation << " last_probe="
+                                << p.last_probe << " error=" << p.last_error << "\n  console: "
+                                << testbed::detail::tail(
+                                     testbed::read_file(host.console_log(p.name)), 5));
+    for (auto& i : st->images)
+      BOOST_TEST_MESSAGE("image " << i.image << " " << i.host << " " << to_string(i.state) << " " << i.bytes
+                                  << " " << i.last_error);
+  }
+
+  std::map<std::string, std::string> uids(engine& eng) {
+    std::map<std::string, std::string> out;
+    if (auto st = eng.status())
+      for (auto& p : st->proxies)
+        out[p.name] = p.uid;
+    return out;
+  }
+};
+
+const std::vector<std::string> three{"e2e-1", "e2e-2", "e2e-3"};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(real_proxies_suite, bed)
+
+// Scenarios 1 and 2 of the e2e suite: from nothing (no image on the host,
+// no VM) to three proxies that forward HTTP, then one VM destroyed behind
+// the engine's back: noticed, started again, back in the rotation, while
+// the other two never leave it.
+BOOST_AUTO_TEST_CASE(e2e_three_proxies_from_nothing_then_one_destroyed_out_of_band) {
+  auto t0 = clock_type::now();
+  auto eng = engine::start(*sys, config(three));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  auto events = std::make_shared<test::rotation_log>();
+  eng->subscribe(sys->spawn(test::rotation_recorder, events));
+  bool any = wait_status(*eng, [](auto& st) { return !st.rotation.empty(); }, 90s);
+  if (!any)
+    dump(*eng);
+  BOOST_REQUIRE(any);
+  double first = seconds_since(t0);
+  bool all = wait_status(*eng, [](auto& st) { return st.rotation.size() == 3; }, 180s);
+  double all_in = seconds_since(t0);
+  if (!all)
+    dump(*eng);
+  BOOST_REQUIRE(all);
+  auto st = *eng->status();
+  double boot = 0;
+  for (auto& p : st.proxies) {
+    BOOST_CHECK_MESSAGE(p.last_probe.find("HTTP 200") != std::string::npos, p.last_probe);
+    auto body = fetch_through(p.address);
+    BOOST_CHECK_MESSAGE(body.find("egress target") != std::string::npos,
+                        p.name << " via " << p.address << ": [" << body << "]");
+    auto line = ready_line(p.name);
+    BOOST_CHECK_MESSAGE(line.find("instance=" + p.uid) != std::string::npos, line);
+    boot = std::max(boot, guest_boot_seconds(p.name));
+  }
+  std::printf("e2e: first proxy in rotation %.1f s, all three %.1f s after engine start; "
+              "slowest guest boot to READY %.1f s (its own uptime)\n",
+              first, all_in, boot);
+
+  // Scenario 2: destroyed out of band.
+  auto before = uids(*eng);
+  auto r = host.virsh({"destroy", "e2e-2"});
+  BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
+  auto t1 = clock_type::now();
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) {
+    return st.rotation == std::vector<std::string>{"e2e-1", "e2e-3"};
+  }, 60s));
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return st.rotation.size() == 3; }, 120s));
+  std::printf("e2e: destroyed e2e-2 back in rotation after %.1f s\n", seconds_since(t1));
+  BOOST_CHECK(uids(*eng) == before); // started again: the same VM, not a new one
+  BOOST_CHECK_EQUAL(events->count("e2e-1", false), 0u);
+  BOOST_CHECK_EQUAL(events->count("e2e-3", false), 0u);
+  BOOST_CHECK_GE(events->count("e2e-2", false), 1u);
+  auto back = *find(*eng->status(), "e2e-2");
+  BOOST_CHECK(fetch_through(back.address).find("egress target") != std::string::npos);
+  BOOST_REQUIRE(!eng->stop());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

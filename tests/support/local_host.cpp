@@ -1,0 +1,282 @@
+// The local KVM-host stand-in (see local_host.hpp).
+#include "support/local_host.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <thread>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "support/ssh_host.hpp"
+
+namespace egress::test {
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+int free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0
+      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
+    port = ntohs(sa.sin_port);
+  ::close(fd);
+  if (port == 0)
+    throw std::runtime_error("local_host: no free port on 127.0.0.1");
+  return port;
+}
+
+/// Waits until something accepts on address:port, optionally inside a
+/// network namespace (a python one-liner there; a plain connect here).
+void wait_listening(const std::vector<std::string>& prefix, const std::string& address, int port,
+                    testbed::process& server, const std::string& what) {
+  std::vector<std::string> argv = prefix;
+  argv.insert(argv.end(), {"/usr/bin/python3", "-c",
+                           "import socket,sys; socket.create_connection(('" + address + "', "
+                             + std::to_string(port) + "), 1)"});
+  for (int i = 0; i < 100; ++i) {
+    if (!server.alive())
+      throw std::runtime_error("local_host: " + what + " exited during start");
+    if (testbed::run(argv, 5s).ok())
+      return;
+    std::this_thread::sleep_for(100ms);
+  }
+  throw std::runtime_error("local_host: " + what + " does not listen on " + address + ":"
+                           + std::to_string(port));
+}
+
+} // namespace
+
+// -- appliance ------------------------------------------------------------------
+
+std::string appliance::default_dir() {
+  if (auto env = std::getenv("EGRESS_APPLIANCE_DIR"); env && *env)
+    return env;
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    return "build/appliance";
+  // Test binaries and caf-run all sit directly in the build directory.
+  return (self.parent_path() / "appliance").string();
+}
+
+appliance appliance::load(const std::string& dir, std::string* why) {
+  std::ifstream in(dir + "/appliance.env");
+  appliance a;
+  if (!in) {
+    if (why)
+      *why = "no appliance in " + dir + " (scripts/appliance/build " + dir + ")";
+    return a;
+  }
+  std::map<std::string, std::string> kv;
+  for (std::string line; std::getline(in, line);)
+    if (auto eq = line.find('='); eq != std::string::npos)
+      kv[line.substr(0, eq)] = line.substr(eq + 1);
+  for (auto f : {"vmlinux", "initrd.gz"})
+    if (!fs::exists(dir + "/" + f)) {
+      if (why)
+        *why = dir + "/" + f + " is missing (scripts/appliance/build " + dir + ")";
+      return a;
+    }
+  a.kernel_sha256 = kv["VMLINUX_SHA256"];
+  a.initrd_sha256 = kv["INITRD_SHA256"];
+  a.kernel_size = std::strtoull(kv["VMLINUX_SIZE"].c_str(), nullptr, 10);
+  a.initrd_size = std::strtoull(kv["INITRD_SIZE"].c_str(), nullptr, 10);
+  if (a.kernel_sha256.size() != 64 || a.initrd_sha256.size() != 64) {
+    if (why)
+      *why = dir + "/appliance.env has no digests";
+    return a;
+  }
+  a.dir = dir;
+  return a;
+}
+
+// -- mirror -----------------------------------------------------------------------
+
+file_mirror::file_mirror(std::string dir) : dir_(std::move(dir)) {
+  port_ = free_loopback_port();
+  server_ = testbed::process({{"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1",
+                               "--directory", dir_, std::to_string(port_)},
+                              {},
+                              logs_ / "http.log"});
+  wait_listening({}, "127.0.0.1", port_, server_, "the image mirror");
+}
+
+std::string file_mirror::url(const std::string& file) const {
+  return "http://127.0.0.1:" + std::to_string(port_) + "/" + file;
+}
+
+// -- local host -----------------------------------------------------------------
+
+std::string local_host::cannot_run() {
+  if (::geteuid() != 0)
+    return "not root: VMs need a private libvirtd, a bridge and tap devices";
+  if (::access("/dev/net/tun", R_OK | W_OK) != 0)
+    return "/dev/net/tun is missing: QEMU cannot attach a VM's NIC";
+  for (auto tool : {"/usr/sbin/libvirtd", "/usr/bin/qemu-system-x86_64", "/usr/sbin/dnsmasq",
+                    "/usr/sbin/sshd", "/usr/bin/python3"})
+    if (::access(tool, X_OK) != 0)
+      return std::string(tool) + " is missing (scripts/install-deps)";
+  return {};
+}
+
+namespace {
+testbed::libvirtd_options lv_options(const testbed::netns& net) {
+  testbed::libvirtd_options o;
+  o.netns = net.name();
+  return o;
+}
+} // namespace
+
+local_host::local_host(local_host_options opts)
+  : opts_(std::move(opts)),
+    lv_(lv_options(net_)),
+    ssh_([this] {
+      auto o = testbed::sshd_options::in(net_);
+      o.libvirt_socket_dir = lv_.socket_dir();
+      return o;
+    }()) {
+  lv_.start();
+  ssh_.start();
+  lv_.define_dir_pool("egress");
+  // Isolated (no <forward>): VMs reach the bridge and nothing else.
+  auto net_xml = web_dir_ / "net.xml";
+  std::string s = std::to_string(opts_.subnet);
+  testbed::write_file(
+    net_xml,
+    "<network xmlns:dnsmasq='http://libvirt.org/schemas/network/dnsmasq/1.0'>\n"
+    "  <name>egress-net</name>\n"
+    "  <bridge name='egbr" + s + "' stp='off' delay='0'/>\n"
+    "  <ip address='" + bridge_addr() + "' netmask='255.255.255.0'>\n"
+    "    <dhcp><range start='10.213." + s + ".100' end='10.213." + s + ".200'/></dhcp>\n"
+    "  </ip>\n"
+    // dnsmasq pings an address before offering it: ~3 s per lease under
+    // TCG (realvm.md). The bridge is ours alone, so the check buys nothing.
+    "  <dnsmasq:options><dnsmasq:option value='no-ping'/></dnsmasq:options>\n"
+    "</network>\n");
+  for (auto args : std::vector<std::vector<std::string>>{
+         {"net-define", net_xml}, {"net-start", "egress-net"}}) {
+    auto r = lv_.virsh(args);
+    if (!r.ok())
+      throw std::runtime_error("local_host: virsh " + args[0] + ": " + r.output + "\n"
+                               + testbed::detail::tail(lv_.log_text(), 20));
+  }
+  testbed::write_file(web_dir_ / "index.html", "<html>egress target " + opts_.name + "</html>\n");
+  auto argv = net_.exec_prefix();
+  auto prefix = argv;
+  argv.insert(argv.end(), {"/usr/bin/python3", "-m", "http.server", "--bind", bridge_addr(),
+                           "--directory", web_dir_.path(), std::to_string(web_port)});
+  web_ = testbed::process({argv, {}, web_dir_ / "web.log"});
+  wait_listening(prefix, bridge_addr(), web_port, web_, "the target page");
+}
+
+local_host::~local_host() {
+  web_.stop();
+  // libvirtd's destructor destroys the domains; the network's bridge and
+  // dnsmasq go with the daemon and the namespace.
+  lv_.virsh({"net-destroy", "egress-net"});
+}
+
+std::string local_host::bridge_addr() const {
+  return "10.213." + std::to_string(opts_.subnet) + ".1";
+}
+
+std::string local_host::vm_cidr() const {
+  return "10.213." + std::to_string(opts_.subnet) + ".0/24";
+}
+
+std::string local_host::target() const {
+  return "http://" + bridge_addr() + ":" + std::to_string(web_port) + "/";
+}
+
+std::string local_host::console_log(const std::string& proxy) const {
+  return consoles_ / (proxy + ".console.log");
+}
+
+host_config local_host::host() const {
+  auto h = ssh_host(ssh_, lv_, opts_.name, "qemu:///system");
+  h.domain_type = "qemu";
+  h.pool = "egress";
+  h.network = "egress-net";
+  h.console_log_dir = consoles_.path();
+  h.address_sources = {"lease"};
+  // A QEMU start under TCG with others booting takes seconds (realvm.md:
+  // 7-18 s for 8 at once): the budget is for a host that stopped answering.
+  h.call_budget = 60s;
+  return h;
+}
+
+// -- configs ------------------------------------------------------------------------
+
+std::vector<image_config> appliance_images(const appliance& a, const file_mirror& mirror) {
+  image_config k;
+  k.name = "appliance-kernel";
+  k.url = mirror.url("vmlinux");
+  k.sha256 = a.kernel_sha256;
+  k.size = a.kernel_size;
+  k.format = "kernel";
+  k.transfer_budget = std::chrono::minutes(5);
+  image_config i = k;
+  i.name = "appliance-initrd";
+  i.url = mirror.url("initrd.gz");
+  i.sha256 = a.initrd_sha256;
+  i.size = a.initrd_size;
+  i.format = "initrd";
+  return {k, i};
+}
+
+proxy_spec appliance_proxy(const std::string& name, const local_host& host) {
+  proxy_spec p;
+  p.name = name;
+  p.host = host.name();
+  p.vcpus = 1;
+  p.memory_mib = 128;
+  p.network = "egress-net";
+  p.tags = {"e2e"};
+  p.kernel = "appliance-kernel";
+  p.initrd = "appliance-initrd";
+  p.cmdline = "console=ttyS0 loglevel=4 panic=-1";
+  p.port = local_host::proxy_port;
+  p.allow_from = host.vm_cidr();
+  return p;
+}
+
+engine_config appliance_config(const std::string& entry, const appliance& a,
+                               const file_mirror& mirror,
+                               const std::vector<const local_host*>& hosts,
+                               const std::vector<std::pair<std::string, std::string>>& proxies) {
+  engine_config c;
+  c.entry = entry;
+  c.poll_interval = 500ms;
+  c.shutdown_timeout = 10s;
+  c.gc = true;
+  for (auto h : hosts)
+    c.hosts.push_back(h->host());
+  c.images = appliance_images(a, mirror);
+  for (auto& [name, host] : proxies)
+    for (auto h : hosts)
+      if (h->name() == host)
+        c.proxies.push_back(appliance_proxy(name, *h));
+  c.probe.mode = "http";
+  // Every host's page has the same path and port; the probe's target is
+  // fetched by the proxy from inside its own VM network.
+  c.probe.target = hosts.front()->target();
+  c.probe.interval = 2s;
+  c.probe.timeout = 2s;
+  c.probe.rise = 2;
+  c.probe.fall = 3;
+  return c;
+}
+
+} // namespace egress::test
