@@ -1,6 +1,7 @@
 // The local KVM-host stand-in (see local_host.hpp).
 #include "support/local_host.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,25 @@ appliance appliance::load(const std::string& dir, std::string* why) {
   }
   a.dir = dir;
   return a;
+}
+
+appliance require_vms_or_skip() {
+  auto give_up = [](const std::string& why) {
+    if (auto req = std::getenv("EGRESS_E2E_REQUIRED"); req && std::string{req} == "1") {
+      std::printf("FAILED: EGRESS_E2E_REQUIRED=1 but %s\n", why.c_str());
+      std::fflush(stdout);
+      std::_Exit(1);
+    }
+    testbed::skip(why);
+  };
+  if (auto why = local_host::cannot_run(); !why.empty())
+    give_up(why);
+  testbed::require_root_or_skip();
+  std::string why;
+  auto app = appliance::load(appliance::default_dir(), &why);
+  if (!app.ok())
+    give_up(why);
+  return app;
 }
 
 // -- mirror -----------------------------------------------------------------------

@@ -38,6 +38,13 @@ struct appliance {
   static std::string default_dir();
 };
 
+/// For suites that boot VMs: root and the test bed's tools
+/// (testbed::require_root_or_skip), what local_host::cannot_run() checks,
+/// and a built appliance. Skips (exit 77) naming what is missing, or, with
+/// EGRESS_E2E_REQUIRED=1 in the environment (CI), fails (exit 1): there a
+/// missing VM stack is a broken machine, not a reason to pass.
+appliance require_vms_or_skip();
+
 /// python3 -m http.server on 127.0.0.1 (a free port), serving a directory.
 class file_mirror {
 public:

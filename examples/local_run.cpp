@@ -1,0 +1,137 @@
+// `make run` on a machine that can boot VMs: a local KVM-host stand-in
+// (private libvirtd with QEMU/TCG and a private sshd, inside a network
+// namespace, with an isolated VM network and a page to fetch; see
+// tests/support/local_host.hpp), the proxy appliance served over HTTP on
+// 127.0.0.1 as the image mirror, and caf-run on a generated config that
+// declares three proxies on that host, reached through SSH. caf-run shares
+// this terminal: its table shows the images arriving, the VMs starting and
+// each proxy joining the rotation once a request through it came back.
+// Ctrl-C stops caf-run (it leaves the VMs running, as it would on a real
+// host), then this program destroys the VMs and removes the daemons, the
+// namespace with its bridge, and every file it made.
+//
+// Where VMs cannot run here (no root, no /dev/net/tun, no appliance), it
+// says why and runs caf-run on the embedded default (libvirt's test driver)
+// instead.
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "messages/error.hpp"
+#include "runtime/config_dump.hpp"
+#include "support/local_host.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+
+namespace {
+
+volatile sig_atomic_t child_pid = 0;
+
+void forward(int sig) {
+  if (child_pid > 0)
+    ::kill(child_pid, sig);
+}
+
+[[noreturn]] void run_default(const std::string& caf_run, const std::string& why) {
+  std::fprintf(stderr, "local-run: %s\nlocal-run: running the embedded default instead "
+                       "(libvirt's test driver, no VMs)\n", why.c_str());
+  std::string arg = "--config-file=" EGRESS_SOURCE_DIR "/config/default.ini";
+  ::execl(caf_run.c_str(), caf_run.c_str(), arg.c_str(), static_cast<char*>(nullptr));
+  std::fprintf(stderr, "local-run: cannot exec %s: %s\n", caf_run.c_str(), std::strerror(errno));
+  std::exit(127);
+}
+
+/// caf-run in the foreground of this terminal; returns its exit status.
+int run_engine(const std::string& caf_run, const std::string& config_file) {
+  struct sigaction sa{};
+  sa.sa_handler = forward;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // Its own process group: a terminal's Ctrl-C reaches this program only,
+    // which passes it on once (a second SIGINT would make caf-run exit hard).
+    ::setpgid(0, 0);
+    std::string arg = "--config-file=" + config_file;
+    ::execl(caf_run.c_str(), caf_run.c_str(), arg.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  child_pid = pid;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  child_pid = 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string caf_run = EGRESS_CAF_RUN;
+  std::string dir = test::appliance::default_dir();
+  int proxies = 3;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--appliance" && i + 1 < argc)
+      dir = argv[++i];
+    else if (a == "--proxies" && i + 1 < argc)
+      proxies = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--appliance DIR] [--proxies 1..4]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (proxies < 1 || proxies > 4) {
+    std::fprintf(stderr, "local-run: --proxies must be 1..4 (2 cores boot at most 4 VMs "
+                         "at once in reasonable time), got %d\n", proxies);
+    return 2;
+  }
+  if (auto why = test::local_host::cannot_run(); !why.empty())
+    run_default(caf_run, why);
+  std::string why;
+  auto app = test::appliance::load(dir, &why);
+  if (!app.ok())
+    run_default(caf_run, why);
+
+  int rc = 0;
+  try {
+    testbed::sweep_stale(); // what a killed earlier run left behind
+    std::printf("local-run: starting the local host (private libvirtd + sshd in a network "
+                "namespace, VM network 10.213.7.0/24)...\n");
+    std::fflush(stdout);
+    test::file_mirror mirror{app.dir};
+    test::local_host host;
+    std::vector<std::pair<std::string, std::string>> names;
+    for (int i = 1; i <= proxies; ++i)
+      names.emplace_back("egress-" + std::to_string(i), host.name());
+    auto cfg = test::appliance_config("local-vms", app, mirror, {&host}, names);
+    cfg.poll_interval = std::chrono::seconds(1);
+    if (auto err = validate(cfg)) {
+      std::fprintf(stderr, "local-run: generated config invalid: %s\n", render(err).c_str());
+      return 1;
+    }
+    testbed::temp_dir run_dir{"local-run"};
+    auto config_file = run_dir / "local-vms.ini";
+    testbed::write_file(config_file, dump_config(cfg));
+    std::printf("local-run: host up; config %s; mirror %s; consoles in %s\n"
+                "local-run: Ctrl-C stops the engine and tears everything down\n",
+                config_file.c_str(), mirror.url("").c_str(), host.console_dir().c_str());
+    std::fflush(stdout);
+    rc = run_engine(caf_run, config_file);
+    std::printf("local-run: caf-run exited (%d); destroying the VMs and stopping the host...\n",
+                rc);
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "local-run: %s\n", e.what());
+    return 1;
+  }
+  std::printf("local-run: done: no VM, daemon, namespace, bridge or file of this run is left\n");
+  return rc == 130 ? 0 : rc;
+}
