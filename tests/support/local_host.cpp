@@ -169,7 +169,7 @@ local_host::local_host(local_host_options opts)
     }()) {
   lv_.start();
   ssh_.start();
-  lv_.define_dir_pool("egress");
+  pool_ = lv_.define_dir_pool("egress");
   // Isolated (no <forward>): VMs reach the bridge and nothing else.
   auto net_xml = web_dir_ / "net.xml";
   std::string s = std::to_string(opts_.subnet);

@@ -88,6 +88,7 @@ public:
   std::string target() const;               // the page the probes fetch
   const std::string& console_dir() const { return consoles_.path(); }
   std::string console_log(const std::string& proxy) const;
+  const std::string& pool_dir() const { return pool_; } // the "egress" pool's directory
 
   /// The engine's view of this host: SSH to the namespace's sshd, libvirt
   /// on the private socket, QEMU (TCG), the pool and network made here.
