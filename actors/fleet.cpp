@@ -116,6 +116,7 @@ void spawn_link(fleet_pointer self, const host_config& h) {
   self->send(link, atom::subscribe_v, link_events_actor{self});
   self->monitor(link);
   st.links[h.name] = link;
+  st.started["link/" + h.name] = now_rfc3339();
   std::lock_guard<std::mutex> guard{st.book->mtx};
   st.book->hosts[h.name] = h;
 }
@@ -156,6 +157,7 @@ image_actor image_for(fleet_pointer self, const std::string& image, const std::s
   auto img = spawn_image(self->system(), std::move(o));
   self->monitor(img);
   st.images.emplace(key, img);
+  st.started["image/" + key] = now_rfc3339();
   return img;
 }
 
@@ -213,6 +215,7 @@ void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
   auto proxy = self->spawn(make_proxy, std::move(o));
   self->monitor(proxy);
   st.proxies[p.name] = proxy;
+  st.started["proxy/" + p.name] = now_rfc3339();
 }
 
 // Ends a proxy's actor without touching its VM: the VM is adopted by mark
@@ -253,6 +256,7 @@ void spawn_health(fleet_pointer self) {
     return probes_make_sense(h) ? make(h) : probe::prober_ptr{};
   };
   st.health = self->spawn(make_health, std::move(o));
+  st.started["health/health"] = now_rfc3339();
   self->monitor(st.health);
   for (auto& s : st.subscribers)
     self->send(st.health, atom::subscribe_v, s);
@@ -423,6 +427,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     log::error("fleet", "a child actor ended unexpectedly: " + caf::to_string(msg.reason));
   });
   return {
+    [self](atom::ls) { return directory_of(self->state); },
     [self](atom::status) {
       auto& st = self->state;
       fleet_status out;

@@ -51,6 +51,9 @@ struct fleet_state {
   std::map<std::string, link_status> link_view;
   std::map<std::string, proxy_status> proxy_view;
   std::map<std::string, proxy_health> health_view;
+  // When each actor was spawned ("link/hv1", "image/base@hv1", ...), for
+  // the inspector's directory.
+  std::map<std::string, std::string> started;
   uint64_t reloads = 0;
   std::string last_reload;
   bool gc_done = false; // the first pass after start succeeded everywhere
@@ -61,6 +64,9 @@ using fleet_pointer = fleet_actor::stateful_pointer<fleet_state>;
 
 fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
                                       fleet_hooks hooks);
+
+/// The fleet's actors with their state, for the inspector (fleet_directory.cpp).
+std::vector<directory_entry> directory_of(const fleet_state& st);
 
 /// How long a proxy waits for its link's answer: a dial, a wait in the queue
 /// behind one full budget, the call's own budget, and a second of slack.

@@ -43,6 +43,25 @@ struct blocking_work {
   std::function<caf::expected<std::any>()> fn;
 };
 
+/// One of the fleet's actors with its handle: what the inspector probes.
+/// The handle stays in this process; the shell gets actor_entry only.
+struct directory_entry {
+  actor_entry entry;
+  caf::actor handle;
+};
+
+/// The engine's inspection point, published on the middleman for caf-shell
+/// (127.0.0.1 by default). Everything it answers is serializable.
+using inspector_actor = caf::typed_actor<
+  // The fleet's actors of one kind (link, image, proxy, health; "" for all),
+  // each with its state and a liveness probe: CAF's built-in
+  // sys/get/"info" request with a short timeout, so a wedged actor shows as
+  // "no reply" instead of hanging the shell.
+  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
+  caf::replies_to<atom::status>::with<fleet_status>,
+  // kill-link: declares the host's link dead now (it redials on the next call).
+  caf::replies_to<atom::kill, std::string>::with<link_status>>;
+
 } // namespace egress
 
 // Local-only: closures and std::any cannot be serialized. These types never
@@ -50,6 +69,7 @@ struct blocking_work {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_job)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::blocking_work)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<egress::directory_entry>)
 // A whole configuration for a reload: holds durations and paths of this
 // machine, so it is local too (caf-shell asks the node to re-read its file).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::engine_config)
@@ -126,6 +146,9 @@ using health_actor = caf::typed_actor<
 /// The engine's root: desired state from config, status for everyone.
 using fleet_actor = caf::typed_actor<
   caf::replies_to<atom::status>::with<fleet_status>,
+  // Every actor the fleet runs, with its state and handle (the inspector's
+  // directory).
+  caf::replies_to<atom::ls>::with<std::vector<directory_entry>>,
   caf::replies_to<atom::link, std::string>::with<host_link_actor>,
   caf::replies_to<atom::kill, std::string>::with<link_status>,
   // Deletes one proxy's VM and retires its actor (until the next config).
@@ -151,5 +174,17 @@ using fleet_actor = caf::typed_actor<
   caf::reacts_to<proxy_status>,
   caf::reacts_to<image_status>,
   caf::reacts_to<proxy_health>>;
+
+/// The engine's inspection point, published on the middleman for caf-shell
+/// (127.0.0.1 by default). Everything it answers is serializable.
+using inspector_actor = caf::typed_actor<
+  // The fleet's actors of one kind (link, image, proxy, health; "" for all),
+  // each with its state and a liveness probe: CAF's built-in
+  // sys/get/"info" request with a short timeout, so a wedged actor shows as
+  // "no reply" instead of hanging the shell.
+  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
+  caf::replies_to<atom::status>::with<fleet_status>,
+  // kill-link: declares the host's link dead now (it redials on the next call).
+  caf::replies_to<atom::kill, std::string>::with<link_status>>;
 
 } // namespace egress

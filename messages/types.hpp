@@ -304,6 +304,22 @@ typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
            x.rotation, x.reloads, x.last_reload);
 }
 
+/// One actor as the inspector shows it (caf-shell's ls and show).
+struct actor_entry {
+  std::string kind;       // link, image, proxy, health
+  std::string name;       // host, image@host, proxy name, "fleet"
+  std::string state;      // from its status: up/dead, ready, running, ...
+  std::string started_at; // RFC 3339, when the fleet spawned it
+  std::string liveness;   // "ok 0.4 ms", "no reply within 300 ms", "ended"
+  std::vector<std::string> details; // "key: value" lines for `show`
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_entry& x) {
+  return f(caf::meta::type_name("actor_entry"), x.kind, x.name, x.state, x.started_at,
+           x.liveness, x.details);
+}
+
 /// Broadcast by a host link when it dies, before its transport is killed.
 struct link_down {
   std::string host;

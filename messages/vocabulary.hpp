@@ -25,6 +25,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (egress::gc_report))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::gc_report>))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::proxy_health>))
+  CAF_ADD_TYPE_ID(egress, (egress::actor_entry))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::actor_entry>))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")
@@ -40,5 +42,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, reload, "reload")
   CAF_ADD_ATOM(egress, egress::atom, gc, "gc")
   CAF_ADD_ATOM(egress, egress::atom, forget, "forget")
+  CAF_ADD_ATOM(egress, egress::atom, ls, "ls")
 
 CAF_END_TYPE_ID_BLOCK(egress)

@@ -25,6 +25,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
 
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
@@ -153,6 +154,8 @@ int main(int argc, char** argv) {
   }
   caf::actor_system_config cfg;
   egress::configure(cfg);
+  // For the inspector (caf-shell); it only listens if engine.inspect says so.
+  cfg.load<caf::io::middleman>();
   if (auto err = cfg.parse(static_cast<int>(args.size()), args.data())) {
     std::cerr << "caf-run: " << (cfg.config_file_path.empty() ? "" : cfg.config_file_path + ": ")
               << "cannot parse: " << cfg.render(err) << "\n";
@@ -190,6 +193,20 @@ int main(int argc, char** argv) {
     if (!eng) {
       std::cerr << "caf-run: cannot start: " << egress::render(eng.error()) << "\n";
       return exit_start_failed;
+    }
+    if (ec->inspect.enabled) {
+      auto& in = ec->inspect;
+      auto port = sys.middleman().publish(eng->inspector(), static_cast<uint16_t>(in.port),
+                                          in.address.c_str(), true);
+      if (!port) {
+        std::cerr << "caf-run: cannot open the inspector on " << in.address << ":" << in.port
+                  << ": " << sys.render(port.error())
+                  << " (another engine there? set engine.inspect.port, 0 for any)\n";
+        eng->stop();
+        return exit_start_failed;
+      }
+      egress::log::info("caf-run", "inspector listening: caf-shell " + in.address + ":"
+                                     + std::to_string(*port));
     }
     std::string last;
     timespec tick{0, 500'000'000};

@@ -1,5 +1,8 @@
 #include "runtime/config.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -400,8 +403,30 @@ void check_probe(problems& out, const probe_config& p) {
   check_range(out, "engine.probe.fall", p.fall, probe_count_range);
 }
 
+void check_inspect(problems& out, const inspect_config& i) {
+  if (!i.enabled)
+    return;
+  check_range(out, "engine.inspect.port", i.port, range{0, 65'535});
+  in6_addr a6{};
+  in_addr a4{};
+  bool v4 = ::inet_pton(AF_INET, i.address.c_str(), &a4) == 1;
+  bool v6 = !v4 && ::inet_pton(AF_INET6, i.address.c_str(), &a6) == 1;
+  if (!v4 && !v6) {
+    out.add("engine.inspect.address", "expected a numeric IP address, got " + lv::quote(i.address));
+    return;
+  }
+  bool loopback = v4 ? (ntohl(a4.s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(&a6);
+  if (!loopback)
+    out.add("engine.inspect.address",
+            lv::quote(i.address) + " is not a loopback address: the inspector speaks plain "
+            "CAF (BASP), so binding elsewhere requires TLS and a shared secret, which this "
+            "engine does not configure; use 127.0.0.1 and an SSH tunnel, or inspect = "
+            "{ enabled = false }");
+}
+
 void check_engine(problems& out, const engine_config& cfg) {
   check_probe(out, cfg.probe);
+  check_inspect(out, cfg.inspect);
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
   check_positive(out, "engine.shutdown-timeout", cfg.shutdown_timeout);
@@ -749,11 +774,21 @@ probe_config read_probe(problems& out, const dict& d) {
   return p;
 }
 
+inspect_config read_inspect(problems& out, const dict& d) {
+  inspect_config i;
+  dict_reader r{out, d, "engine.inspect", {"enabled", "address", "port"}};
+  r.read("enabled", i.enabled);
+  r.read("address", i.address);
+  r.read("port", i.port, range{0, 65'535});
+  r.finish();
+  return i;
+}
+
 void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "address-grace", "shutdown-timeout", "redial-min",
-                 "redial-max", "gc", "probe", "hosts", "images", "proxies"}};
+                 "redial-max", "gc", "probe", "inspect", "hosts", "images", "proxies"}};
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
   r.read("address-grace", cfg.address_grace, range{0, 1000});
@@ -763,6 +798,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   r.read("gc", cfg.gc);
   if (auto x = r.get<dict>("probe", false, "a dict like {mode = \"tcp\"}"))
     cfg.probe = read_probe(out, *x);
+  if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))
+    cfg.inspect = read_inspect(out, *x);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));

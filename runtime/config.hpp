@@ -84,6 +84,19 @@ struct probe_config {
   bool operator==(const probe_config&) const = default;
 };
 
+/// Where caf-run opens CAF's middleman for caf-shell (the embedding API
+/// ignores it: an application publishes engine::inspector() itself).
+struct inspect_config {
+  bool enabled = true;
+  /// Numeric and loopback only: the middleman speaks plain BASP, and
+  /// anything else would need TLS and a shared secret, which this engine
+  /// does not configure yet, so it refuses to start instead.
+  std::string address = "127.0.0.1";
+  uint32_t port = 4040; // 0: any free port (caf-run logs which)
+
+  bool operator==(const inspect_config&) const = default;
+};
+
 struct engine_config {
   std::string config_file;  // the file it came from ("" when built in code)
   std::string entry;        // provider entry: written into every mark
@@ -97,6 +110,7 @@ struct engine_config {
   /// and other entries' are never touched, whatever this says.
   bool gc = true;
   probe_config probe;
+  inspect_config inspect;
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host

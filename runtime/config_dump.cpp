@@ -59,6 +59,9 @@ std::string dump_config(const engine_config& cfg) {
          + ", timeout = " + duration(cfg.probe.timeout)
          + ", rise = " + std::to_string(cfg.probe.rise)
          + ", fall = " + std::to_string(cfg.probe.fall) + " }\n";
+  out += std::string{"inspect = { enabled = "} + (cfg.inspect.enabled ? "true" : "false")
+         + ", address = " + quoted(cfg.inspect.address)
+         + ", port = " + std::to_string(cfg.inspect.port) + " }\n";
   out += "hosts = [\n";
   for (auto& h : cfg.hosts) {
     out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)

@@ -5,6 +5,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include "actors/inspector.hpp"
 #include "messages/error.hpp"
 #include "messages/vocabulary.hpp"
 
@@ -26,7 +27,8 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
     std::signal(SIGPIPE, SIG_IGN);
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
-  return engine{sys, std::move(f), std::move(cfg)};
+  auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)});
+  return engine{sys, std::move(f), std::move(i), std::move(cfg)};
 }
 
 caf::expected<fleet_status> engine::status(caf::timespan timeout) const {
@@ -78,6 +80,11 @@ caf::error engine::stop(caf::timespan timeout) {
       });
   }
   fleet_ = nullptr;
+  // Explicitly: a handle that went to a remote shell keeps an actor alive
+  // otherwise, and the actor system's destructor would wait for it.
+  if (inspector_)
+    caf::anon_send_exit(inspector_, caf::exit_reason::user_shutdown);
+  inspector_ = nullptr;
   return result;
 }
 

@@ -38,6 +38,9 @@ public:
                                      fleet_hooks hooks = {});
 
   const fleet_actor& fleet() const noexcept { return fleet_; }
+  /// What caf-shell talks to (caf-run publishes it on the middleman; an
+  /// embedding application may publish it or query it in process).
+  const inspector_actor& inspector() const noexcept { return inspector_; }
   const engine_config& config() const noexcept { return cfg_; }
 
   /// Blocking convenience for non-actor code (never call it from an actor).
@@ -59,11 +62,12 @@ public:
   caf::error stop(caf::timespan timeout = caf::timespan{0});
 
 private:
-  engine(caf::actor_system& sys, fleet_actor f, engine_config cfg)
-    : sys_(&sys), fleet_(std::move(f)), cfg_(std::move(cfg)) {}
+  engine(caf::actor_system& sys, fleet_actor f, inspector_actor i, engine_config cfg)
+    : sys_(&sys), fleet_(std::move(f)), inspector_(std::move(i)), cfg_(std::move(cfg)) {}
 
   caf::actor_system* sys_;
   fleet_actor fleet_;
+  inspector_actor inspector_;
   engine_config cfg_;
 };
 

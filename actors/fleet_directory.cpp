@@ -1,0 +1,93 @@
+// The fleet's directory for the inspector: every actor it runs, with the
+// state its last status push said and the lines `caf-shell show` prints.
+// Built from the fleet's own maps on request, so it cannot drift from what
+// the fleet supervises: an actor is listed exactly while the fleet holds it.
+#include "actors/fleet.hpp"
+
+namespace egress {
+
+namespace {
+
+std::string kv(const std::string& key, const std::string& value) {
+  return key + ": " + value;
+}
+
+std::string kv(const std::string& key, uint64_t value) {
+  return kv(key, std::to_string(value));
+}
+
+directory_entry entry(const fleet_state& st, std::string kind, std::string name,
+                      caf::actor handle) {
+  directory_entry e;
+  e.entry.kind = std::move(kind);
+  e.entry.name = std::move(name);
+  if (auto i = st.started.find(e.entry.kind + "/" + e.entry.name); i != st.started.end())
+    e.entry.started_at = i->second;
+  e.handle = std::move(handle);
+  return e;
+}
+
+} // namespace
+
+std::vector<directory_entry> directory_of(const fleet_state& st) {
+  std::vector<directory_entry> out;
+  for (auto& [host, h] : st.links) {
+    auto e = entry(st, "link", host, caf::actor_cast<caf::actor>(h));
+    if (auto v = st.link_view.find(host); v != st.link_view.end()) {
+      auto& s = v->second;
+      e.entry.state = to_string(s.state);
+      if (!s.reason.empty())
+        e.entry.state += " (" + s.reason + ")";
+      e.entry.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
+                         kv("limit", s.limit), kv("dials", s.dials), kv("deaths", s.deaths)};
+    }
+    out.push_back(std::move(e));
+  }
+  for (auto& [key, h] : st.images) {
+    auto e = entry(st, "image", key, caf::actor_cast<caf::actor>(h));
+    if (auto v = st.image_view.find(key); v != st.image_view.end()) {
+      auto& s = v->second;
+      e.entry.state = to_string(s.state);
+      e.entry.details = {kv("volume", s.volume), kv("bytes", s.bytes), kv("total", s.total),
+                         kv("rate B/s", s.rate_bps), kv("eta s", s.eta_s),
+                         kv("fills", s.fills), kv("transfers", s.transfers),
+                         kv("waiters", s.waiters)};
+      if (!s.last_error.empty())
+        e.entry.details.push_back(kv("last error", s.last_error));
+    }
+    out.push_back(std::move(e));
+  }
+  for (auto& [name, h] : st.proxies) {
+    auto e = entry(st, "proxy", name, caf::actor_cast<caf::actor>(h));
+    if (auto v = st.proxy_view.find(name); v != st.proxy_view.end()) {
+      auto& s = v->second;
+      e.entry.state = to_string(s.phase);
+      e.entry.details = {kv("host", s.host), kv("address", s.address), kv("uid", s.uid),
+                         kv("created at", s.created_at),
+                         kv("adopted", s.adopted ? "yes" : "no"), kv("polls", s.polls),
+                         kv("replaced", s.replaced)};
+      if (!s.last_error.empty())
+        e.entry.details.push_back(kv("last error", s.last_error));
+    }
+    if (auto hv = st.health_view.find(name); hv != st.health_view.end()) {
+      auto& s = hv->second;
+      e.entry.details.push_back(kv("rotation", s.in_rotation ? "in" : "out"));
+      e.entry.details.push_back(kv("probes", std::to_string(s.probes_ok) + " ok, "
+                                               + std::to_string(s.probes_failed) + " failed"));
+      if (!s.last_probe.empty())
+        e.entry.details.push_back(kv("last probe", s.last_probe));
+    }
+    out.push_back(std::move(e));
+  }
+  if (st.health) {
+    auto e = entry(st, "health", "health", caf::actor_cast<caf::actor>(st.health));
+    size_t in = 0;
+    for (auto& [_, s] : st.health_view)
+      in += s.in_rotation ? 1 : 0;
+    e.entry.state = "rotation " + std::to_string(in) + " of " + std::to_string(st.proxies.size());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+} // namespace egress

@@ -1,0 +1,405 @@
+// caf-shell: inspect a running engine through CAF's middleman.
+//
+//   caf-shell [HOST:PORT] [-c COMMAND]... [--json] [--timeout=MS]
+//
+// Without -c it is a line REPL (libedit: history, completion of commands,
+// kinds and the names it has seen). Commands:
+//   ls [links|images|proxies|health]   actors with state, start time, liveness
+//   show <kind> <name>                 one actor with every detail
+//   status                             the fleet's status (use --json for all of it)
+//   kill-link <host>                   declare a host's link dead now
+//   help, quit
+// Exit codes: 0 ok, 1 a command failed (unknown name, engine unreachable),
+// 2 usage.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <editline/readline.h>
+#include <nlohmann/json.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "messages/actors.hpp"
+#include "messages/error.hpp"
+#include "runtime/engine.hpp"
+
+using namespace egress;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int exit_ok = 0;
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+
+const char* usage_text =
+  "usage: caf-shell [HOST:PORT] [-c COMMAND]... [--json] [--timeout=MS]\n"
+  "\n"
+  "Attaches to a running engine's inspector (caf-run logs \"inspector\n"
+  "listening: caf-shell HOST:PORT\"; default 127.0.0.1:4040).\n"
+  "\n"
+  "Commands:\n"
+  "  ls [links|images|proxies|health]  actors with state, start time, liveness\n"
+  "  show <kind> <name>                one actor with every detail\n"
+  "  status                            the fleet's status\n"
+  "  kill-link <host>                  declare a host's link dead now (it redials)\n"
+  "  help, quit\n"
+  "\n"
+  "  -c COMMAND     run COMMAND and exit (repeatable); no REPL\n"
+  "  --json         print results as JSON (for scripts)\n"
+  "  --timeout=MS   how long one answer may take (default 5000)\n";
+
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;)
+    out.push_back(w);
+  return out;
+}
+
+/// "proxies" and "proxy" both name the kind "proxy".
+std::optional<std::string> kind_of(const std::string& w) {
+  for (auto k : {"link", "image", "proxy", "health"})
+    if (w == k || w == std::string{k} + "s" || (std::string{k} == "proxy" && w == "proxies"))
+      return std::string{k};
+  if (w == "all")
+    return std::string{};
+  return std::nullopt;
+}
+
+json to_json(const actor_entry& e) {
+  json details = json::object();
+  for (auto& d : e.details)
+    if (auto at = d.find(": "); at != std::string::npos)
+      details[d.substr(0, at)] = d.substr(at + 2);
+  return {{"kind", e.kind}, {"name", e.name}, {"state", e.state},
+          {"started_at", e.started_at}, {"liveness", e.liveness}, {"details", details}};
+}
+
+json to_json(const link_status& l) {
+  return {{"host", l.host}, {"state", to_string(l.state)}, {"reason", l.reason},
+          {"in_flight", l.in_flight}, {"queued", l.queued}, {"limit", l.limit},
+          {"dials", l.dials}, {"deaths", l.deaths}};
+}
+
+json to_json(const fleet_status& st) {
+  json out = {{"entry", st.entry}, {"rotation", st.rotation}, {"reloads", st.reloads},
+              {"last_reload", st.last_reload}};
+  out["links"] = json::array();
+  for (auto& l : st.links)
+    out["links"].push_back(to_json(l));
+  out["images"] = json::array();
+  for (auto& i : st.images)
+    out["images"].push_back({{"image", i.image}, {"host", i.host},
+                             {"state", to_string(i.state)}, {"volume", i.volume},
+                             {"bytes", i.bytes}, {"total", i.total},
+                             {"rate_bps", i.rate_bps}, {"eta_s", i.eta_s},
+                             {"last_error", i.last_error}});
+  out["proxies"] = json::array();
+  for (auto& p : st.proxies)
+    out["proxies"].push_back({{"name", p.name}, {"host", p.host},
+                              {"phase", to_string(p.phase)}, {"address", p.address},
+                              {"uid", p.uid}, {"adopted", p.adopted},
+                              {"in_rotation", p.in_rotation}, {"probes_ok", p.probes_ok},
+                              {"probes_failed", p.probes_failed},
+                              {"last_probe", p.last_probe}, {"last_error", p.last_error}});
+  return out;
+}
+
+std::string pad(std::string s, size_t n) {
+  if (s.size() < n)
+    s.append(n - s.size(), ' ');
+  return s;
+}
+
+class shell {
+public:
+  shell(caf::actor_system& sys, std::string host, uint16_t port, bool as_json,
+        std::chrono::milliseconds timeout)
+    : sys_(sys), host_(std::move(host)), port_(port), json_(as_json), timeout_(timeout) {}
+
+  bool connect(bool quiet = false) {
+    auto h = sys_.middleman().remote_actor<inspector_actor>(host_, port_);
+    if (!h) {
+      if (!quiet)
+        std::cerr << "caf-shell: cannot reach the engine at " << where() << ": "
+                  << sys_.render(h.error()) << "\n";
+      return false;
+    }
+    inspector_ = *h;
+    return true;
+  }
+
+  std::string where() const { return host_ + ":" + std::to_string(port_); }
+  const std::set<std::string>& names() const { return names_; }
+
+  /// Runs one command line; false when it failed (the reason is printed).
+  bool run(const std::string& line) {
+    auto w = words(line);
+    if (w.empty())
+      return true;
+    if (w[0] == "help") {
+      std::cout << usage_text;
+      return true;
+    }
+    if (w[0] == "ls") {
+      auto kind = kind_of(w.size() > 1 ? w[1] : "all");
+      if (!kind || w.size() > 2)
+        return fail("usage: ls [links|images|proxies|health]");
+      auto xs = ask_ls(*kind);
+      if (!xs)
+        return false;
+      print_ls(*xs);
+      return true;
+    }
+    if (w[0] == "show") {
+      if (w.size() != 3 || !kind_of(w[1]) || kind_of(w[1])->empty())
+        return fail("usage: show <link|image|proxy|health> <name>");
+      auto kind = *kind_of(w[1]);
+      auto xs = ask_ls(kind);
+      if (!xs)
+        return false;
+      for (auto& e : *xs)
+        if (e.name == w[2]) {
+          print_show(e);
+          return true;
+        }
+      return fail("no " + kind + " named \"" + w[2] + "\" (ls " + kind + " lists them)");
+    }
+    if (w[0] == "status") {
+      auto out = ask<fleet_status>([&](caf::scoped_actor& self) {
+        return self->request(inspector_, timeout_, atom::status_v);
+      });
+      if (!out)
+        return false;
+      if (json_) {
+        std::cout << to_json(*out).dump(2) << "\n";
+      } else {
+        std::cout << "entry " << out->entry << ": " << out->links.size() << " link(s), "
+                  << out->images.size() << " image(s), " << out->proxies.size()
+                  << " proxy(ies), rotation " << out->rotation.size() << "\n";
+      }
+      return true;
+    }
+    if (w[0] == "kill-link") {
+      if (w.size() != 2)
+        return fail("usage: kill-link <host>");
+      auto out = ask<link_status>([&](caf::scoped_actor& self) {
+        return self->request(inspector_, timeout_, atom::kill_v, w[1]);
+      });
+      if (!out)
+        return false;
+      if (json_)
+        std::cout << to_json(*out).dump(2) << "\n";
+      else
+        std::cout << "link " << out->host << ": " << to_string(out->state)
+                  << (out->reason.empty() ? "" : " (" + out->reason + ")") << "\n";
+      return true;
+    }
+    return fail("unknown command \"" + w[0] + "\" (help lists them)");
+  }
+
+private:
+  bool fail(const std::string& why) {
+    std::cerr << "caf-shell: " << why << "\n";
+    return false;
+  }
+
+  /// One request with one reconnect: a lost connection is reported and
+  /// retried once before the command fails.
+  template <class T, class Send>
+  std::optional<T> ask(Send send) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (!inspector_ && !connect())
+        return std::nullopt;
+      caf::error failed;
+      std::optional<T> out;
+      {
+        caf::scoped_actor self{sys_};
+        send(self).receive([&](T& x) { out = std::move(x); },
+                           [&](caf::error& err) { failed = std::move(err); });
+      }
+      if (out)
+        return out;
+      bool lost = failed == caf::sec::request_receiver_down
+                  || failed == caf::sec::remote_linking_failed
+                  || failed == caf::sec::no_route_to_receiving_node;
+      if (!lost || attempt == 1) {
+        fail("the engine at " + where() + " answered: " + render(failed));
+        return std::nullopt;
+      }
+      std::cerr << "caf-shell: connection to " << where() << " lost; reconnecting\n";
+      inspector_ = nullptr;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::vector<actor_entry>> ask_ls(const std::string& kind) {
+    auto out = ask<std::vector<actor_entry>>([&](caf::scoped_actor& self) {
+      return self->request(inspector_, timeout_, atom::ls_v, kind);
+    });
+    if (!out)
+      return std::nullopt;
+    for (auto& e : *out)
+      names_.insert(e.name);
+    return out;
+  }
+
+  void print_ls(const std::vector<actor_entry>& xs) {
+    if (json_) {
+      json arr = json::array();
+      for (auto& e : xs)
+        arr.push_back(to_json(e));
+      std::cout << arr.dump(2) << "\n";
+      return;
+    }
+    size_t wn = 4, ws = 5;
+    for (auto& e : xs) {
+      wn = std::max(wn, e.name.size());
+      ws = std::max(ws, e.state.size());
+    }
+    std::cout << pad("KIND", 7) << pad("NAME", wn + 2) << pad("STATE", ws + 2)
+              << pad("STARTED", 22) << "LIVENESS\n";
+    for (auto& e : xs)
+      std::cout << pad(e.kind, 7) << pad(e.name, wn + 2) << pad(e.state, ws + 2)
+                << pad(e.started_at, 22) << e.liveness << "\n";
+  }
+
+  void print_show(const actor_entry& e) {
+    if (json_) {
+      std::cout << to_json(e).dump(2) << "\n";
+      return;
+    }
+    std::cout << e.kind << " " << e.name << "\n  state: " << e.state
+              << "\n  started at: " << e.started_at << "\n  liveness: " << e.liveness << "\n";
+    for (auto& d : e.details)
+      std::cout << "  " << d << "\n";
+  }
+
+  caf::actor_system& sys_;
+  std::string host_;
+  uint16_t port_;
+  bool json_;
+  caf::timespan timeout_;
+  inspector_actor inspector_;
+  std::set<std::string> names_;
+};
+
+// -- libedit completion -------------------------------------------------------------
+
+shell* completing = nullptr;
+std::vector<std::string> candidates;
+
+char* next_candidate(const char* text, int state) {
+  static size_t i;
+  if (state == 0)
+    i = 0;
+  while (i < candidates.size()) {
+    auto& c = candidates[i++];
+    if (c.rfind(text, 0) == 0)
+      return ::strdup(c.c_str());
+  }
+  return nullptr;
+}
+
+char** complete(const char* text, int start, int) {
+  candidates.clear();
+  if (start == 0) {
+    candidates = {"ls", "show", "status", "kill-link", "help", "quit"};
+  } else {
+    candidates = {"links", "images", "proxies", "health", "link", "image", "proxy"};
+    if (completing)
+      for (auto& n : completing->names())
+        candidates.push_back(n);
+  }
+  return rl_completion_matches(text, next_candidate);
+}
+
+int repl(shell& sh) {
+  completing = &sh;
+  rl_attempted_completion_function = complete;
+  std::cout << "caf-shell: attached to " << sh.where() << " (help lists the commands)\n";
+  sh.run("ls");
+  std::string prompt = "engine@" + sh.where() + "> ";
+  while (char* raw = readline(prompt.c_str())) {
+    std::string line = raw;
+    std::free(raw);
+    auto w = words(line);
+    if (w.empty())
+      continue;
+    add_history(line.c_str());
+    if (w[0] == "quit" || w[0] == "exit")
+      break;
+    sh.run(line);
+  }
+  return exit_ok;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string target = "127.0.0.1:4040";
+  std::vector<std::string> commands;
+  bool as_json = false;
+  long timeout_ms = 5000;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << usage_text;
+      return exit_ok;
+    } else if (a == "-c" && i + 1 < argc) {
+      commands.push_back(argv[++i]);
+    } else if (a == "--json") {
+      as_json = true;
+    } else if (a.rfind("--timeout=", 0) == 0) {
+      timeout_ms = std::atol(a.c_str() + 10);
+      if (timeout_ms <= 0) {
+        std::cerr << "caf-shell: --timeout: expected milliseconds > 0, got \"" << a.substr(10)
+                  << "\"\n";
+        return exit_usage;
+      }
+    } else if (a[0] != '-' && a.find(':') != std::string::npos) {
+      target = a;
+    } else {
+      std::cerr << "caf-shell: unexpected argument \"" << a << "\"\n" << usage_text;
+      return exit_usage;
+    }
+  }
+  auto colon = target.rfind(':');
+  auto port = std::atol(target.c_str() + colon + 1);
+  if (colon == 0 || port <= 0 || port > 65535) {
+    std::cerr << "caf-shell: expected HOST:PORT, got \"" << target << "\"\n";
+    return exit_usage;
+  }
+  caf::actor_system_config cfg;
+  configure(cfg);
+  cfg.load<caf::io::middleman>();
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  int rc = exit_ok;
+  {
+    caf::actor_system sys{cfg};
+    shell sh{sys, target.substr(0, colon), static_cast<uint16_t>(port), as_json,
+             std::chrono::milliseconds(timeout_ms)};
+    if (!sh.connect())
+      return exit_failed;
+    if (commands.empty()) {
+      rc = repl(sh);
+    } else {
+      for (auto& c : commands)
+        if (!sh.run(c))
+          rc = exit_failed;
+    }
+  }
+  return rc;
+}

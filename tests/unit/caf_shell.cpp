@@ -1,0 +1,200 @@
+// caf-shell against engines: one in another process (caf-run on the
+// embedded default, spawned by the test, its inspector on a free loopback
+// port), with --json output parsed back; and one in this process, where an
+// actor that does not answer must show as "no reply" within the liveness
+// timeout instead of holding up the listing.
+#define BOOST_TEST_MODULE caf_shell
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <caf/blocking_actor.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/inspector.hpp"
+#include "support/engine_fixture.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string default_ini = std::string{EGRESS_SOURCE_DIR} + "/config/default.ini";
+
+/// default.ini with extra [engine] lines (its relative paths resolve
+/// against its own directory, so the copy goes next to it... no: into a
+/// temp dir, with test-node made absolute).
+std::string config_with(testbed::temp_dir& dir, const std::string& extra) {
+  auto text = testbed::read_file(default_ini);
+  text = std::regex_replace(text, std::regex("test-node = \"testnode.xml\""),
+                            "test-node = \"" + std::string{EGRESS_SOURCE_DIR}
+                              + "/config/testnode.xml\"");
+  text = std::regex_replace(text, std::regex("\\[engine\\]\n"), "[engine]\n" + extra + "\n");
+  auto path = dir / "engine.ini";
+  testbed::write_file(path, text);
+  return path;
+}
+
+/// caf-run as a child; its log shows the inspector's port.
+struct daemon_run {
+  testbed::temp_dir dir{"shell"};
+  testbed::process proc;
+  std::string address;
+
+  explicit daemon_run(const std::string& extra = "inspect = { port = 0 }") {
+    auto ini = config_with(dir, extra);
+    proc = testbed::process({{EGRESS_CAF_RUN, "--config-file=" + ini}, {}, dir / "caf-run.log"});
+  }
+  ~daemon_run() { proc.stop(); }
+
+  std::string log() const { return testbed::read_file(dir / "caf-run.log"); }
+
+  bool wait_listening() {
+    static const std::regex re("inspector listening: caf-shell ([0-9.]+:[0-9]+)");
+    return test::eventually([&] {
+      std::smatch m;
+      auto text = log();
+      if (!std::regex_search(text, m, re))
+        return false;
+      address = m[1];
+      return true;
+    }, 20s);
+  }
+
+  testbed::run_result shell(std::vector<std::string> args) {
+    std::vector<std::string> argv{EGRESS_CAF_SHELL, address};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testbed::run(argv, 20s);
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(shell_lists_shows_and_kills_in_another_process_with_json) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  json proxies;
+  BOOST_REQUIRE(test::eventually([&] {
+    auto r = d.shell({"-c", "ls proxies", "--json"});
+    if (!r.ok())
+      return false;
+    proxies = json::parse(r.output);
+    if (proxies.size() != 3)
+      return false;
+    for (auto& p : proxies)
+      if (p["state"] != "running")
+        return false;
+    return true;
+  }, 20s));
+  for (auto& p : proxies) {
+    BOOST_CHECK_EQUAL(p["kind"], "proxy");
+    BOOST_CHECK(p["liveness"].get<std::string>().rfind("ok ", 0) == 0);
+    BOOST_CHECK(!p["started_at"].get<std::string>().empty());
+  }
+  auto show = d.shell({"-c", "show proxy egress-2", "--json"});
+  BOOST_REQUIRE_MESSAGE(show.ok(), show.output);
+  auto one = json::parse(show.output);
+  BOOST_CHECK_EQUAL(one["name"], "egress-2");
+  BOOST_CHECK_EQUAL(one["details"]["host"], "local");
+  BOOST_CHECK(!one["details"]["uid"].get<std::string>().empty());
+
+  // Errors name the object and the reason, and the exit code says so.
+  auto missing = d.shell({"-c", "show proxy nope"});
+  BOOST_CHECK_EQUAL(missing.exit_code, 1);
+  BOOST_CHECK_MESSAGE(missing.output.find("no proxy named \"nope\"") != std::string::npos,
+                      missing.output);
+  auto bad = d.shell({"-c", "frobnicate"});
+  BOOST_CHECK_EQUAL(bad.exit_code, 1);
+  BOOST_CHECK(bad.output.find("unknown command \"frobnicate\"") != std::string::npos);
+
+  // kill-link: the link is declared dead at once, and the status says why.
+  auto kill = d.shell({"-c", "kill-link local", "--json"});
+  BOOST_REQUIRE_MESSAGE(kill.ok(), kill.output);
+  auto link = json::parse(kill.output);
+  BOOST_CHECK_EQUAL(link["state"], "dead");
+  BOOST_CHECK(link["reason"].get<std::string>().find("operator") != std::string::npos);
+
+  auto status = d.shell({"-c", "status", "--json"});
+  BOOST_REQUIRE_MESSAGE(status.ok(), status.output);
+  auto st = json::parse(status.output);
+  BOOST_CHECK_EQUAL(st["entry"], "local-demo");
+  BOOST_CHECK_EQUAL(st["proxies"].size(), 3u);
+
+  // The engine stops cleanly with shells having been attached.
+  d.proc.signal(SIGINT);
+  BOOST_CHECK(test::eventually([&] { return !d.proc.alive(); }, 15s));
+  BOOST_CHECK_MESSAGE(d.log().find("stopped cleanly") != std::string::npos, d.log());
+}
+
+BOOST_AUTO_TEST_CASE(shell_reports_an_unreachable_engine) {
+  // A port nobody listens on (the daemon's, after it stopped).
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  d.proc.stop();
+  auto r = d.shell({"-c", "ls"});
+  BOOST_CHECK_EQUAL(r.exit_code, 1);
+  BOOST_CHECK_MESSAGE(r.output.find("cannot reach the engine at " + d.address)
+                        != std::string::npos, r.output);
+}
+
+BOOST_AUTO_TEST_CASE(a_non_loopback_inspector_is_refused_without_tls) {
+  daemon_run d{"inspect = { address = \"0.0.0.0\", port = 0 }"};
+  BOOST_REQUIRE(test::eventually([&] { return !d.proc.alive(); }, 15s));
+  auto status = d.proc.wait_status();
+  BOOST_REQUIRE(status);
+  BOOST_CHECK(WIFEXITED(*status) && WEXITSTATUS(*status) == 2);
+  auto log = d.log();
+  BOOST_CHECK_MESSAGE(log.find("engine.inspect.address") != std::string::npos, log);
+  BOOST_CHECK_MESSAGE(log.find("requires TLS and a shared secret") != std::string::npos, log);
+}
+
+// In process: the inspector over a directory with one actor that is stuck in
+// a handler (a detached actor sleeping, as one blocked in a libvirt call
+// would) and one that answers. The listing comes back within the liveness
+// timeout plus slack, with the stuck one as "no reply".
+namespace {
+
+caf::behavior stub_fleet(caf::event_based_actor*, std::vector<directory_entry> dir) {
+  return {[dir](atom::ls) { return dir; }};
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(a_wedged_actor_shows_as_no_reply_within_the_timeout,
+                        test::engine_fixture) {
+  auto wedged = sys->spawn<caf::detached>([](caf::blocking_actor* self) {
+    self->receive([](int) {}); // the first message it gets: sleeps in the handler
+    std::this_thread::sleep_for(3s);
+  });
+  caf::anon_send(wedged, 1);
+  auto fine = sys->spawn([]() -> caf::behavior { return {[](int) {}}; });
+  std::vector<directory_entry> dir;
+  dir.push_back({{"proxy", "stuck", "running", "", "", {}}, wedged});
+  dir.push_back({{"proxy", "fine", "running", "", "", {}}, fine});
+  auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
+  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms});
+  caf::scoped_actor self{*sys};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<actor_entry> got;
+  self->request(insp, 5s, atom::ls_v, std::string{"proxy"})
+    .receive([&](std::vector<actor_entry>& xs) { got = std::move(xs); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_REQUIRE_EQUAL(got.size(), 2u);
+  BOOST_CHECK_EQUAL(got[0].liveness, "no reply within 300 ms");
+  BOOST_CHECK(got[1].liveness.rfind("ok ", 0) == 0);
+  BOOST_CHECK(took < 2s); // generous: the point is that it is not the 3 s sleep
+  std::vector<caf::actor> all{caf::actor_cast<caf::actor>(insp),
+                              caf::actor_cast<caf::actor>(fleet), fine};
+  for (auto& a : all)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  self->wait_for(wedged);
+}
