@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(shell_reports_an_unreachable_engine) {
                         != std::string::npos, r.output);
 }
 
-BOOST_AUTO_TEST_CASE(a_non_loopback_inspector_is_refused_without_tls) {
+BOOST_AUTO_TEST_CASE(spec_20_a_non_loopback_inspector_is_refused_without_tls) {
   daemon_run d{"inspect = { address = \"0.0.0.0\", port = 0 }"};
   BOOST_REQUIRE(test::eventually([&] { return !d.proc.alive(); }, 15s));
   auto status = d.proc.wait_status();
@@ -168,7 +168,7 @@ caf::behavior stub_fleet(caf::event_based_actor*, std::vector<directory_entry> d
 
 } // namespace
 
-BOOST_FIXTURE_TEST_CASE(a_wedged_actor_shows_as_no_reply_within_the_timeout,
+BOOST_FIXTURE_TEST_CASE(spec_19_a_wedged_actor_shows_as_no_reply_within_the_timeout,
                         test::engine_fixture) {
   auto wedged = sys->spawn<caf::detached>([](caf::blocking_actor* self) {
     self->receive([](int) {}); // the first message it gets: sleeps in the handler
