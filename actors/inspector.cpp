@@ -41,7 +41,8 @@ inspector_actor::behavior_type make_inspector(inspector_pointer self, fleet_acto
   return {
     [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_entry>> {
       auto rp = self->make_response_promise<std::vector<actor_entry>>();
-      self->request(self->state.fleet, std::chrono::seconds(5), atom::ls_v)
+      // Well inside the shell's own 5 s: a slow fleet is reported as such.
+      self->request(self->state.fleet, std::chrono::seconds(2), atom::ls_v)
         .then(
           [self, rp, kind](std::vector<directory_entry>& dir) mutable {
             auto ls = std::make_shared<pending_ls>();

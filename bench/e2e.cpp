@@ -214,18 +214,9 @@ public:
     return out;
   }
 
-  /// An HTTP GET through the proxy at address, sent from the host's
-  /// namespace: true if the target page came back.
+  /// True if the target page came back through the proxy at `address`.
   bool fetch_through(const std::string& address) const {
-    auto argv = host_.netns().exec_prefix();
-    argv.insert(argv.end(),
-                {"/usr/bin/python3", "-c",
-                 "import sys, urllib.request as u\n"
-                 "o = u.build_opener(u.ProxyHandler({'http': 'http://" + address + ":"
-                   + std::to_string(test::local_host::proxy_port) + "'}))\n"
-                 "sys.stdout.write(o.open('" + host_.target() + "', timeout=2).read().decode())\n"});
-    auto r = testbed::run(argv, 10s);
-    return r.ok() && r.output.find("egress target") != std::string::npos;
+    return host_.fetch_through(address, 2s).find("egress target") != std::string::npos;
   }
 
   /// Fetches through `address` until it works or `stop` is set; records the
@@ -242,15 +233,21 @@ public:
     }
   }
 
-  // -- the engine -------------------------------------------------------------
-
-  run_result engine_run(const std::string& label, const std::vector<std::string>& proxy_names) {
+  static run_result fresh_result(const std::string& label,
+                                 const std::vector<std::string>& proxy_names) {
     run_result res;
     res.label = label;
     for (auto& n : proxy_names) {
       res.proxies.emplace_back();
       res.proxies.back().name = n;
     }
+    return res;
+  }
+
+  // -- the engine -------------------------------------------------------------
+
+  run_result engine_run(const std::string& label, const std::vector<std::string>& proxy_names) {
+    auto res = fresh_result(label, proxy_names);
     const size_t n = proxy_names.size();
     auto cfg = config(proxy_names);
     if (auto err = validate(cfg)) {
@@ -377,12 +374,7 @@ public:
 
   run_result virsh_run(const std::string& label, const std::vector<std::string>& proxy_names,
                        const std::string& work_dir) {
-    run_result res;
-    res.label = label;
-    for (auto& n : proxy_names) {
-      res.proxies.emplace_back();
-      res.proxies.back().name = n;
-    }
+    auto res = fresh_result(label, proxy_names);
     const size_t n = proxy_names.size();
     auto cfg = config(proxy_names);
     const auto& hc = cfg.hosts.front();

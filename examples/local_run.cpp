@@ -32,38 +32,67 @@ using namespace egress;
 namespace {
 
 volatile sig_atomic_t child_pid = 0;
+volatile sig_atomic_t stop_requested = 0;
 
-void forward(int sig) {
+// Installed before anything starts, so a Ctrl-C during the host's start
+// still ends in the teardown: while there is no engine it only notes the
+// request, which main checks before starting caf-run. Once caf-run runs it
+// gets the signal (it is in its own process group, so a terminal's Ctrl-C
+// reaches only this program and is passed on exactly once); a hangup becomes
+// SIGTERM, since caf-run reads SIGHUP as "reload the config".
+void on_signal(int sig) {
+  stop_requested = 1;
   if (child_pid > 0)
-    ::kill(child_pid, sig);
+    ::kill(child_pid, sig == SIGHUP ? SIGTERM : sig);
+}
+
+void install_handlers() {
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    ::sigaction(sig, &sa, nullptr);
 }
 
 [[noreturn]] void run_default(const std::string& caf_run, const std::string& why) {
   std::fprintf(stderr, "local-run: %s\nlocal-run: running the embedded default instead "
                        "(libvirt's test driver, no VMs)\n", why.c_str());
   std::string arg = "--config-file=" EGRESS_SOURCE_DIR "/config/default.ini";
+  // caf-run handles the signals itself from here on.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    ::signal(sig, SIG_DFL);
   ::execl(caf_run.c_str(), caf_run.c_str(), arg.c_str(), static_cast<char*>(nullptr));
   std::fprintf(stderr, "local-run: cannot exec %s: %s\n", caf_run.c_str(), std::strerror(errno));
   std::exit(127);
 }
 
-/// caf-run in the foreground of this terminal; returns its exit status.
+/// caf-run in its own process group, output to this terminal; returns its
+/// exit status.
 int run_engine(const std::string& caf_run, const std::string& config_file) {
-  struct sigaction sa{};
-  sa.sa_handler = forward;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
+  // Blocked across fork: a signal arriving before child_pid is set would be
+  // noted but never passed on.
+  sigset_t block, old;
+  sigemptyset(&block);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    sigaddset(&block, sig);
+  ::sigprocmask(SIG_BLOCK, &block, &old);
   pid_t pid = ::fork();
   if (pid == 0) {
-    // Its own process group: a terminal's Ctrl-C reaches this program only,
-    // which passes it on once (a second SIGINT would make caf-run exit hard).
     ::setpgid(0, 0);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+      ::signal(sig, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
     std::string arg = "--config-file=" + config_file;
     ::execl(caf_run.c_str(), caf_run.c_str(), arg.c_str(), static_cast<char*>(nullptr));
     std::_Exit(127);
   }
+  if (pid < 0) {
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    std::fprintf(stderr, "local-run: fork: %s\n", std::strerror(errno));
+    return 1;
+  }
+  ::setpgid(pid, pid); // also here: whichever runs first, the group exists
   child_pid = pid;
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -93,6 +122,7 @@ int main(int argc, char** argv) {
                          "at once in reasonable time), got %d\n", proxies);
     return 2;
   }
+  install_handlers();
   if (auto why = test::local_host::cannot_run(); !why.empty())
     run_default(caf_run, why);
   std::string why;
@@ -121,16 +151,23 @@ int main(int argc, char** argv) {
     auto config_file = run_dir / "local-vms.ini";
     testbed::write_file(config_file, dump_config(cfg));
     std::printf("local-run: host up; config %s; mirror %s; consoles in %s\n"
-                "local-run: Ctrl-C stops the engine and tears everything down\n",
+                "local-run: Ctrl-C stops the engine and tears everything down; caf-shell attaches "
+                "to the port caf-run logs (\"inspector listening\")\n",
                 config_file.c_str(), mirror.url("").c_str(), host.console_dir().c_str());
     std::fflush(stdout);
+    if (stop_requested) {
+      std::printf("local-run: stopped before the engine started\n");
+      return 0;
+    }
     rc = run_engine(caf_run, config_file);
     std::printf("local-run: caf-run exited (%d); destroying the VMs and stopping the host...\n",
                 rc);
     std::fflush(stdout);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "local-run: %s\n", e.what());
-    return 1;
+    // Everything started so far was stopped by the destructors on the way
+    // here. A machine whose kernel or container refuses part of the host
+    // (namespaces, bridges, tap devices) still gets the demo.
+    run_default(caf_run, std::string{"the local host could not start: "} + e.what());
   }
   std::printf("local-run: done: no VM, daemon, namespace, bridge or file of this run is left\n");
   return rc == 130 ? 0 : rc;

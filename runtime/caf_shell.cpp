@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -129,7 +130,21 @@ public:
     : sys_(sys), host_(std::move(host)), port_(port), json_(as_json), timeout_(timeout) {}
 
   bool connect(bool quiet = false) {
-    auto h = sys_.middleman().remote_actor<inspector_actor>(host_, port_);
+    // remote_actor has no timeout of its own: a port that accepts but never
+    // speaks BASP would hold the shell forever. The connect runs aside; past
+    // the timeout the shell gives up, and exits at once, since the stuck
+    // connect would also hold the actor system's destructor.
+    auto pending = std::async(std::launch::async, [this] {
+      return sys_.middleman().remote_actor<inspector_actor>(host_, port_);
+    });
+    if (pending.wait_for(timeout_) != std::future_status::ready) {
+      std::cerr << "caf-shell: no answer from " << where() << " within "
+                << std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count()
+                << " ms (is a caf-run inspector listening there?)\n";
+      std::fflush(nullptr);
+      std::_Exit(exit_failed);
+    }
+    auto h = pending.get();
     if (!h) {
       if (!quiet)
         std::cerr << "caf-shell: cannot reach the engine at " << where() << ": "

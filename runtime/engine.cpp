@@ -4,6 +4,7 @@
 
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <caf/settings.hpp>
 
 #include "actors/inspector.hpp"
 #include "messages/error.hpp"
@@ -19,8 +20,10 @@ void configure(caf::actor_system_config& cfg) {
   // four workers there: ~6,000 wake-ups a second and ~10 % of a core at
   // rest, CPU taken from the TCG guests booting beside it (bench/e2e). A
   // shared queue sleeps on a condition variable. A config file or the
-  // embedding application can still choose: this is only the default.
-  cfg.set("scheduler.policy", caf::atom("sharing"));
+  // embedding application can still choose (before or after this call):
+  // this is only the default.
+  if (!caf::get_if(&cfg.content, "scheduler.policy"))
+    cfg.set("scheduler.policy", caf::atom("sharing"));
   add_error_renderer(cfg);
 }
 

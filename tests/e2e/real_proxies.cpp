@@ -43,19 +43,7 @@ struct bed : test::engine_fixture {
     return cfg;
   }
 
-  /// An HTTP GET through the proxy at address:port, sent from the host's
-  /// namespace (as a client on the VM network would): the body, or "".
-  std::string fetch_through(const std::string& address) {
-    auto argv = host.netns().exec_prefix();
-    argv.insert(argv.end(),
-                {"/usr/bin/python3", "-c",
-                 "import sys, urllib.request as u\n"
-                 "o = u.build_opener(u.ProxyHandler({'http': 'http://" + address + ":"
-                   + std::to_string(test::local_host::proxy_port) + "'}))\n"
-                 "sys.stdout.write(o.open('" + host.target() + "', timeout=5).read().decode())\n"});
-    auto r = testbed::run(argv, 15s);
-    return r.ok() ? r.output : "";
-  }
+  std::string fetch_through(const std::string& address) { return host.fetch_through(address); }
 
   /// The guest's own readiness line on its serial console ("" until then).
   std::string ready_line(const std::string& proxy) {

@@ -169,6 +169,18 @@ local_host::local_host(local_host_options opts)
     }()) {
   lv_.start();
   ssh_.start();
+  try {
+    start_network();
+  } catch (...) {
+    // The destructor does not run for a throwing constructor: libvirt
+    // leaves a network's dnsmasq running when it stops, so destroy it here.
+    web_.stop();
+    lv_.virsh({"net-destroy", "egress-net"});
+    throw;
+  }
+}
+
+void local_host::start_network() {
   pool_ = lv_.define_dir_pool("egress");
   // Isolated (no <forward>): VMs reach the bridge and nothing else.
   auto net_xml = web_dir_ / "net.xml";
@@ -222,6 +234,20 @@ std::string local_host::target() const {
 
 std::string local_host::console_log(const std::string& proxy) const {
   return consoles_ / (proxy + ".console.log");
+}
+
+std::string local_host::fetch_through(const std::string& address,
+                                      std::chrono::seconds timeout) const {
+  auto argv = net_.exec_prefix();
+  argv.insert(argv.end(),
+              {"/usr/bin/python3", "-c",
+               "import sys, urllib.request as u\n"
+               "o = u.build_opener(u.ProxyHandler({'http': 'http://" + address + ":"
+                 + std::to_string(proxy_port) + "'}))\n"
+               "sys.stdout.write(o.open('" + target() + "', timeout="
+                 + std::to_string(timeout.count()) + ").read().decode())\n"});
+  auto r = testbed::run(argv, timeout + 10s);
+  return r.ok() ? r.output : "";
 }
 
 host_config local_host::host() const {
@@ -289,9 +315,15 @@ engine_config appliance_config(const std::string& entry, const appliance& a,
       if (h->name() == host)
         c.proxies.push_back(appliance_proxy(name, *h));
   c.probe.mode = "http";
-  // Every host's page has the same path and port; the probe's target is
-  // fetched by the proxy from inside its own VM network.
+  // One target for all proxies: the page is fetched by each proxy from
+  // inside its own host's VM network, so every host must use the same
+  // subnet (each is in a namespace of its own, so they never collide).
+  for (auto h : hosts)
+    if (h->target() != hosts.front()->target())
+      throw std::runtime_error("appliance_config: hosts " + h->name() + " and "
+                               + hosts.front()->name() + " have different VM subnets");
   c.probe.target = hosts.front()->target();
+  c.inspect.port = 0; // any free port: several engines may run at once
   c.probe.interval = 2s;
   c.probe.timeout = 2s;
   c.probe.rise = 2;

@@ -97,12 +97,19 @@ public:
   testbed::libvirtd& libvirtd() { return lv_; }
   testbed::sshd& sshd() { return ssh_; }
   testbed::netns& netns() { return net_; }
+  /// An HTTP GET of target() through the proxy at address:proxy_port, sent
+  /// from inside the namespace (as a client on the VM network would): the
+  /// body, or "" when it failed.
+  std::string fetch_through(const std::string& address,
+                            std::chrono::seconds timeout = std::chrono::seconds(5)) const;
+
   /// virsh against the private daemon (not through the engine).
   testbed::run_result virsh(const std::vector<std::string>& args) const {
     return lv_.virsh(args);
   }
 
 private:
+  void start_network(); // pool, network, page: the constructor's fallible part
   local_host_options opts_;
   testbed::netns net_;
   testbed::libvirtd lv_;

@@ -258,6 +258,28 @@ void libvirtd::kill_leftover_domains(const std::string& dir) {
     std::error_code rec;
     fs::remove(path, rec);
   }
+  // A network's dnsmasq outlives libvirtd on purpose (libvirt reconnects to
+  // it on restart); once the daemon is gone for good it is ours to end. Its
+  // pid file is "<network>.pid" in our /run overlay, and its command line
+  // names "<network>.conf" under the daemon's private /var/lib/libvirt.
+  fs::directory_iterator nit(dir + "/run-upper/libvirt/network", ec);
+  for (; !ec && nit != end; nit.increment(ec)) {
+    auto path = nit->path();
+    if (path.extension() != ".pid")
+      continue;
+    pid_t pid = 0;
+    try {
+      pid = std::stoi(read_file(path));
+    } catch (...) {
+      continue;
+    }
+    auto cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    if (pid > 1 && cmdline.find("dnsmasq") != std::string::npos
+        && cmdline.find("/" + path.stem().string() + ".conf") != std::string::npos)
+      ::kill(pid, SIGKILL);
+    std::error_code rec;
+    fs::remove(path, rec);
+  }
 }
 
 } // namespace egress::testbed
