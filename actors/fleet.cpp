@@ -98,6 +98,19 @@ const host_config& host_of(fleet_pointer self, const std::string& name) {
   return *by_name(self->state.cfg.hosts, name); // validated: every proxy names a host
 }
 
+// Sends each event to every watcher (none: nothing is built to be sent).
+template <class View, class Status>
+void note_change(fleet_pointer self, const View& view, const std::string& key,
+                 const Status& now) {
+  auto& st = self->state;
+  if (st.watchers.empty())
+    return;
+  auto i = view.find(key);
+  for (auto& ev : events_between(i == view.end() ? nullptr : &i->second, now))
+    for (auto& w : st.watchers)
+      self->send(w, ev);
+}
+
 void spawn_link(fleet_pointer self, const host_config& h) {
   auto& st = self->state;
   host_link_options o;
@@ -421,6 +434,14 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
   if (st.cfg.gc)
     self->send(self, atom::gc_v, atom::poll_v);
   self->set_down_handler([self](const caf::down_msg& msg) {
+    // A watcher that went away (a shell that quit or lost its connection).
+    auto& ws = self->state.watchers;
+    auto before = ws.size();
+    ws.erase(std::remove_if(ws.begin(), ws.end(),
+                            [&](auto& w) { return w.address() == msg.source; }),
+             ws.end());
+    if (ws.size() != before)
+      return;
     if (self->state.stopping || !msg.reason
         || msg.reason == caf::exit_reason::user_shutdown)
       return;
@@ -506,6 +527,10 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
           self->delayed_send(self, next, atom::gc_v, atom::poll_v);
       });
     },
+    [self](atom::subscribe, engine_events_actor& w) {
+      self->monitor(w);
+      self->state.watchers.push_back(std::move(w));
+    },
     [self](atom::subscribe, rotation_events_actor& s) {
       self->state.subscribers.push_back(s);
       self->send(self->state.health, atom::subscribe_v, std::move(s));
@@ -539,6 +564,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       if (!self->state.links.contains(s.host))
         return;
       self->send(self->state.health, s);
+      note_change(self, self->state.link_view, s.host, s);
       self->state.link_view[s.host] = std::move(s);
     },
     [self](proxy_status& s) {
@@ -549,18 +575,21 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
           && s.phase != proxy_phase::deleting)
         return;
       tell_health(self, s);
+      note_change(self, st.proxy_view, s.name, s);
       st.proxy_view[s.name] = std::move(s);
     },
     [self](image_status& s) {
       auto key = s.image + "@" + s.host;
       if (!self->state.images.contains(key))
         return;
+      note_change(self, self->state.image_view, key, s);
       self->state.image_view[key] = std::move(s);
     },
     [self](proxy_health& h) {
       auto& st = self->state;
       if (!st.proxy_view.contains(h.name) && !st.proxies.contains(h.name))
         return;
+      note_change(self, st.health_view, h.name, h);
       st.health_view[h.name] = std::move(h);
     },
   };

@@ -47,6 +47,7 @@ struct fleet_state {
   // Rotation subscribers, kept to subscribe a new health actor after a
   // reload that changed the probe settings.
   std::vector<rotation_events_actor> subscribers;
+  std::vector<engine_events_actor> watchers; // caf-shell watch, monitored
   std::map<std::string, image_status> image_view;
   std::map<std::string, link_status> link_view;
   std::map<std::string, proxy_status> proxy_view;
@@ -67,6 +68,13 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
 
 /// The fleet's actors with their state, for the inspector (fleet_directory.cpp).
 std::vector<directory_entry> directory_of(const fleet_state& st);
+
+/// The events between a view's last entry (nullptr: none yet) and its new
+/// one (fleet_events.cpp).
+std::vector<engine_event> events_between(const link_status* before, const link_status& now);
+std::vector<engine_event> events_between(const image_status* before, const image_status& now);
+std::vector<engine_event> events_between(const proxy_status* before, const proxy_status& now);
+std::vector<engine_event> events_between(const proxy_health* before, const proxy_health& now);
 
 /// How long a proxy waits for its link's answer: a dial, a wait in the queue
 /// behind one full budget, the call's own budget, and a second of slack.

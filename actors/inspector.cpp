@@ -91,6 +91,9 @@ inspector_actor::behavior_type make_inspector(inspector_pointer self, fleet_acto
     [self](atom::status) -> caf::result<fleet_status> {
       return self->delegate(self->state.fleet, atom::status_v);
     },
+    [self](atom::subscribe, engine_events_actor& watcher) {
+      self->send(self->state.fleet, atom::subscribe_v, std::move(watcher));
+    },
     [self](atom::kill, std::string host) -> caf::result<link_status> {
       return self->delegate(self->state.fleet, atom::kill_v, std::move(host));
     },

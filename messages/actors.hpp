@@ -50,18 +50,6 @@ struct directory_entry {
   caf::actor handle;
 };
 
-/// The engine's inspection point, published on the middleman for caf-shell
-/// (127.0.0.1 by default). Everything it answers is serializable.
-using inspector_actor = caf::typed_actor<
-  // The fleet's actors of one kind (link, image, proxy, health; "" for all),
-  // each with its state and a liveness probe: CAF's built-in
-  // sys/get/"info" request with a short timeout, so a wedged actor shows as
-  // "no reply" instead of hanging the shell.
-  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
-  caf::replies_to<atom::status>::with<fleet_status>,
-  // kill-link: declares the host's link dead now (it redials on the next call).
-  caf::replies_to<atom::kill, std::string>::with<link_status>>;
-
 } // namespace egress
 
 // Local-only: closures and std::any cannot be serialized. These types never
@@ -84,6 +72,9 @@ using status_sink_actor = caf::typed_actor<caf::reacts_to<link_status>,
                                            caf::reacts_to<proxy_status>,
                                            caf::reacts_to<image_status>,
                                            caf::reacts_to<proxy_health>>;
+
+/// Receives engine_events (caf-shell's watch; may live on another node).
+using engine_events_actor = caf::typed_actor<caf::reacts_to<engine_event>>;
 
 /// Receives every change of the rotation (a proxy joined or left).
 using rotation_events_actor = caf::typed_actor<caf::reacts_to<rotation_event>>;
@@ -166,6 +157,8 @@ using fleet_actor = caf::typed_actor<
   caf::reacts_to<atom::gc, atom::poll>,
   // Adds a subscriber for rotation changes.
   caf::reacts_to<atom::subscribe, rotation_events_actor>,
+  // Adds a watcher of engine_events (dropped when it goes down).
+  caf::reacts_to<atom::subscribe, engine_events_actor>,
   // Stops the engine: links are killed first (so no detached call stays
   // blocked), then proxies and links exit, then the fleet itself.
   caf::replies_to<atom::shutdown>::with<bool>,
@@ -184,6 +177,22 @@ using inspector_actor = caf::typed_actor<
   // "no reply" instead of hanging the shell.
   caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
   caf::replies_to<atom::status>::with<fleet_status>,
+  // watch: the watcher gets every engine_event from now on.
+  caf::reacts_to<atom::subscribe, engine_events_actor>,
+  // kill-link: declares the host's link dead now (it redials on the next call).
+  caf::replies_to<atom::kill, std::string>::with<link_status>>;
+
+/// The engine's inspection point, published on the middleman for caf-shell
+/// (127.0.0.1 by default). Everything it answers is serializable.
+using inspector_actor = caf::typed_actor<
+  // The fleet's actors of one kind (link, image, proxy, health; "" for all),
+  // each with its state and a liveness probe: CAF's built-in
+  // sys/get/"info" request with a short timeout, so a wedged actor shows as
+  // "no reply" instead of hanging the shell.
+  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
+  caf::replies_to<atom::status>::with<fleet_status>,
+  // watch: the watcher gets every engine_event from now on.
+  caf::reacts_to<atom::subscribe, engine_events_actor>,
   // kill-link: declares the host's link dead now (it redials on the next call).
   caf::replies_to<atom::kill, std::string>::with<link_status>>;
 

@@ -304,6 +304,22 @@ typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
            x.rotation, x.reloads, x.last_reload);
 }
 
+/// A change worth showing to a person watching the engine (caf-shell
+/// watch): a link going up or down, an image's progress or state, a proxy's
+/// phase or address, the rotation. Derived by the fleet from the status
+/// pushes it keeps anyway.
+struct engine_event {
+  std::string at;    // RFC 3339, when the fleet saw it
+  std::string kind;  // link, image, proxy, rotation
+  std::string name;  // host, image@host, proxy
+  std::string what;  // "down: killed: by operator", "45% of 66 MB, 12 MB/s, ETA 3 s", ...
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_event& x) {
+  return f(caf::meta::type_name("engine_event"), x.at, x.kind, x.name, x.what);
+}
+
 /// One actor as the inspector shows it (caf-shell's ls and show).
 struct actor_entry {
   std::string kind;       // link, image, proxy, health

@@ -27,6 +27,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::proxy_health>))
   CAF_ADD_TYPE_ID(egress, (egress::actor_entry))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::actor_entry>))
+  CAF_ADD_TYPE_ID(egress, (egress::engine_event))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")

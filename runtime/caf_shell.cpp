@@ -7,6 +7,7 @@
 //   ls [links|images|proxies|health]   actors with state, start time, liveness
 //   show <kind> <name>                 one actor with every detail
 //   status                             the fleet's status (use --json for all of it)
+//   watch [filter]                     live events until Ctrl-C
 //   kill-link <host>                   declare a host's link dead now
 //   help, quit
 // Exit codes: 0 ok, 1 a command failed (unknown name, engine unreachable),
@@ -14,7 +15,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <csignal>
 #include <future>
+#include <thread>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -39,6 +42,12 @@ using json = nlohmann::json;
 
 namespace {
 
+volatile sig_atomic_t interrupted = 0;
+
+void on_interrupt(int) {
+  interrupted = 1;
+}
+
 constexpr int exit_ok = 0;
 constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
@@ -53,12 +62,15 @@ const char* usage_text =
   "  ls [links|images|proxies|health]  actors with state, start time, liveness\n"
   "  show <kind> <name>                one actor with every detail\n"
   "  status                            the fleet's status\n"
+  "  watch [filter]                    live events (links, images, proxies, rotation)\n"
+  "                                    whose line contains filter; Ctrl-C ends it\n"
   "  kill-link <host>                  declare a host's link dead now (it redials)\n"
   "  help, quit\n"
   "\n"
   "  -c COMMAND     run COMMAND and exit (repeatable); no REPL\n"
   "  --json         print results as JSON (for scripts)\n"
-  "  --timeout=MS   how long one answer may take (default 5000)\n";
+  "  --timeout=MS   how long one answer may take (default 5000)\n"
+  "  --for=SECONDS  end a watch after this long (default: at Ctrl-C)\n";
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
@@ -206,6 +218,12 @@ public:
       }
       return true;
     }
+    if (w[0] == "watch") {
+      std::string filter;
+      for (size_t i = 1; i < w.size(); ++i)
+        filter += (i > 1 ? " " : "") + w[i];
+      return watch(filter);
+    }
     if (w[0] == "kill-link") {
       if (w.size() != 2)
         return fail("usage: kill-link <host>");
@@ -224,7 +242,67 @@ public:
     return fail("unknown command \"" + w[0] + "\" (help lists them)");
   }
 
+  /// How long `watch` runs (0: until Ctrl-C or SIGTERM).
+  std::chrono::seconds watch_for{0};
+
 private:
+  /// Prints every engine_event whose "kind name what" contains `filter`
+  /// until interrupted (or watch_for passed). A lost connection is reported
+  /// and the watch resumes on a new one.
+  bool watch(const std::string& filter) {
+    if (!inspector_ && !connect())
+      return false;
+    bool as_json = json_;
+    auto printer = sys_.spawn([filter, as_json]() -> engine_events_actor::behavior_type {
+      return {[filter, as_json](engine_event& e) {
+        auto line = e.kind + " " + e.name + " " + e.what;
+        if (!filter.empty() && line.find(filter) == std::string::npos)
+          return;
+        if (as_json)
+          std::cout << json{{"at", e.at}, {"kind", e.kind}, {"name", e.name}, {"what", e.what}}
+                         .dump()
+                    << std::endl;
+        else
+          std::cout << e.at << "  " << line << std::endl;
+      }};
+    });
+    interrupted = 0;
+    auto deadline = std::chrono::steady_clock::now() + watch_for;
+    bool ok = true;
+    {
+      caf::scoped_actor self{sys_};
+      self->monitor(inspector_);
+      self->send(inspector_, atom::subscribe_v, printer);
+      if (!json_)
+        std::cerr << "caf-shell: watching " << (filter.empty() ? "everything" : filter)
+                  << " (Ctrl-C ends it)\n";
+      bool done = false;
+      while (!done) {
+        self->receive(
+          [&](caf::down_msg&) {
+            std::cerr << "caf-shell: connection to " << where() << " lost; reconnecting\n";
+            inspector_ = nullptr;
+            for (int i = 0; i < 10 && !interrupted && !connect(true); ++i)
+              std::this_thread::sleep_for(std::chrono::seconds(1));
+            if (!inspector_) {
+              fail("the engine at " + where() + " is gone");
+              ok = false;
+              done = true;
+              return;
+            }
+            self->monitor(inspector_);
+            self->send(inspector_, atom::subscribe_v, printer);
+          },
+          caf::after(std::chrono::milliseconds(200)) >> [&] {
+            done = interrupted
+                   || (watch_for.count() > 0 && std::chrono::steady_clock::now() >= deadline);
+          });
+      }
+    }
+    caf::anon_send_exit(printer, caf::exit_reason::user_shutdown);
+    return ok;
+  }
+
   bool fail(const std::string& why) {
     std::cerr << "caf-shell: " << why << "\n";
     return false;
@@ -330,7 +408,7 @@ char* next_candidate(const char* text, int state) {
 char** complete(const char* text, int start, int) {
   candidates.clear();
   if (start == 0) {
-    candidates = {"ls", "show", "status", "kill-link", "help", "quit"};
+    candidates = {"ls", "show", "status", "watch", "kill-link", "help", "quit"};
   } else {
     candidates = {"links", "images", "proxies", "health", "link", "image", "proxy"};
     if (completing)
@@ -367,6 +445,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> commands;
   bool as_json = false;
   long timeout_ms = 5000;
+  long watch_s = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -381,6 +460,12 @@ int main(int argc, char** argv) {
       if (timeout_ms <= 0) {
         std::cerr << "caf-shell: --timeout: expected milliseconds > 0, got \"" << a.substr(10)
                   << "\"\n";
+        return exit_usage;
+      }
+    } else if (a.rfind("--for=", 0) == 0) {
+      watch_s = std::atol(a.c_str() + 6);
+      if (watch_s <= 0) {
+        std::cerr << "caf-shell: --for: expected seconds > 0, got \"" << a.substr(6) << "\"\n";
         return exit_usage;
       }
     } else if (a[0] != '-' && a.find(':') != std::string::npos) {
@@ -406,6 +491,13 @@ int main(int argc, char** argv) {
     caf::actor_system sys{cfg};
     shell sh{sys, target.substr(0, colon), static_cast<uint16_t>(port), as_json,
              std::chrono::milliseconds(timeout_ms)};
+    sh.watch_for = std::chrono::seconds(watch_s);
+    // Ctrl-C ends a watch (in the REPL, libedit has the terminal otherwise);
+    // SIGTERM ends a scripted one.
+    struct sigaction sa{};
+    sa.sa_handler = on_interrupt;
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
     if (!sh.connect())
       return exit_failed;
     if (commands.empty()) {

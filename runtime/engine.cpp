@@ -14,6 +14,10 @@ namespace egress {
 
 void configure(caf::actor_system_config& cfg) {
   cfg.add_message_types<caf::id_block::egress>();
+  // A watcher's handle travels from caf-shell to the fleet: it must be
+  // serializable too. (It is an interface of messages/actors.hpp, which
+  // includes the type-ID block, so it is announced here.)
+  cfg.add_message_type<engine_events_actor>("egress::engine_events_actor");
   // Work sharing, not CAF's default work stealing: an idle stealing worker
   // polls its peers, sleeping 50 us between up to 500 attempts after every
   // message, and the engine's message rate (polls, probes, status) kept all

@@ -134,6 +134,36 @@ BOOST_AUTO_TEST_CASE(shell_lists_shows_and_kills_in_another_process_with_json) {
   BOOST_CHECK_MESSAGE(d.log().find("stopped cleanly") != std::string::npos, d.log());
 }
 
+// watch shows what kill-link did: the link going down with its reason, as
+// an event pushed through the middleman to the watching shell.
+BOOST_AUTO_TEST_CASE(watch_sees_the_link_down_that_kill_link_caused) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  BOOST_REQUIRE(test::eventually([&] {
+    auto r = d.shell({"-c", "ls links", "--json"});
+    return r.ok() && json::parse(r.output).at(0)["state"] == "up";
+  }, 20s));
+  auto watch_log = d.dir / "watch.log";
+  testbed::process watcher({{EGRESS_CAF_SHELL, d.address, "-c", "watch link", "--for=20"},
+                            {},
+                            watch_log});
+  BOOST_REQUIRE(test::eventually([&] {
+    return testbed::read_file(watch_log).find("watching link") != std::string::npos;
+  }, 10s));
+  std::this_thread::sleep_for(300ms); // the subscription travels to the fleet
+  auto kill = d.shell({"-c", "kill-link local"});
+  BOOST_REQUIRE_MESSAGE(kill.ok(), kill.output);
+  BOOST_CHECK_MESSAGE(test::eventually([&] {
+    return testbed::read_file(watch_log).find("link local dead: killed: by operator")
+           != std::string::npos;
+  }, 10s), testbed::read_file(watch_log));
+  // Only links: the filter keeps proxy events out.
+  BOOST_CHECK(testbed::read_file(watch_log).find(" proxy ") == std::string::npos);
+  watcher.signal(SIGTERM);
+  BOOST_CHECK(test::eventually([&] { return !watcher.alive(); }, 5s));
+  BOOST_CHECK_EQUAL(WEXITSTATUS(watcher.wait_status().value_or(-1)), 0);
+}
+
 BOOST_AUTO_TEST_CASE(shell_reports_an_unreachable_engine) {
   // A port nobody listens on (the daemon's, after it stopped).
   daemon_run d;
