@@ -527,6 +527,19 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
           self->delayed_send(self, next, atom::gc_v, atom::poll_v);
       });
     },
+    [self](atom::run, std::string& name) -> caf::result<proxy_status> {
+      auto& st = self->state;
+      auto i = st.proxies.find(name);
+      if (i == st.proxies.end())
+        return make_error(ec::invalid_argument, "no proxy named \"" + name + "\"");
+      self->send(i->second, atom::run_v);
+      auto v = st.proxy_view.find(name);
+      if (v != st.proxy_view.end())
+        return v->second;
+      proxy_status s;
+      s.name = name;
+      return s;
+    },
     [self](atom::subscribe, engine_events_actor& w) {
       self->monitor(w);
       self->state.watchers.push_back(std::move(w));

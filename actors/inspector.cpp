@@ -94,6 +94,9 @@ inspector_actor::behavior_type make_inspector(inspector_pointer self, fleet_acto
     [self](atom::subscribe, engine_events_actor& watcher) {
       self->send(self->state.fleet, atom::subscribe_v, std::move(watcher));
     },
+    [self](atom::run, std::string proxy) -> caf::result<proxy_status> {
+      return self->delegate(self->state.fleet, atom::run_v, std::move(proxy));
+    },
     [self](atom::kill, std::string host) -> caf::result<link_status> {
       return self->delegate(self->state.fleet, atom::kill_v, std::move(host));
     },

@@ -75,8 +75,9 @@ void publish(proxy_pointer self, const proxy_status& before) {
                  || s.last_error != before.last_error || s.uid != before.uid
                  || s.adopted != before.adopted || s.grace_left != before.grace_left
                  || s.replaced != before.replaced;
-  if (changed && self->state.opts.sink)
+  if ((changed || self->state.publish_next) && self->state.opts.sink)
     self->send(self->state.opts.sink, s);
+  self->state.publish_next = false;
 }
 
 void schedule_poll(proxy_pointer self) {
@@ -435,6 +436,12 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
         return;
       poll(self);
       schedule_poll(self);
+    },
+    // Not atom::poll: that one re-arms the timer, and a second timer chain
+    // would double this proxy's polls for good.
+    [self](atom::run) {
+      self->state.publish_next = true;
+      poll(self);
     },
     [self](atom::erase) -> caf::result<proxy_status> {
       auto& st = self->state;

@@ -47,6 +47,9 @@ struct proxy_state {
   proxy_status status;
   std::string spec_hash;
   bool busy = false;          // one libvirt request at a time per proxy
+  // An operator asked for this read-back (reconcile): push its result even
+  // if nothing changed, so status shows the fresh poll.
+  bool publish_next = false;
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly
   bool erasing = false;

@@ -101,6 +101,9 @@ using host_link_actor = caf::typed_actor<
 using proxy_actor = caf::typed_actor<
   caf::replies_to<atom::status>::with<proxy_status>,
   caf::reacts_to<atom::poll>,
+  // Reconcile now (an operator's request): one read-back outside the poll
+  // schedule, skipped if one is already in flight.
+  caf::reacts_to<atom::run>,
   // Deletes the VM (destroy, undefine) and answers once it is gone.
   caf::replies_to<atom::erase>::with<proxy_status>>;
 
@@ -142,6 +145,8 @@ using fleet_actor = caf::typed_actor<
   caf::replies_to<atom::ls>::with<std::vector<directory_entry>>,
   caf::replies_to<atom::link, std::string>::with<host_link_actor>,
   caf::replies_to<atom::kill, std::string>::with<link_status>,
+  // Asks one proxy to reconcile now; answers with its last status.
+  caf::replies_to<atom::run, std::string>::with<proxy_status>,
   // Deletes one proxy's VM and retires its actor (until the next config).
   caf::replies_to<atom::erase, std::string>::with<proxy_status>,
   // Applies a new configuration: validated strictly first (an invalid one is
@@ -180,20 +185,8 @@ using inspector_actor = caf::typed_actor<
   // watch: the watcher gets every engine_event from now on.
   caf::reacts_to<atom::subscribe, engine_events_actor>,
   // kill-link: declares the host's link dead now (it redials on the next call).
-  caf::replies_to<atom::kill, std::string>::with<link_status>>;
-
-/// The engine's inspection point, published on the middleman for caf-shell
-/// (127.0.0.1 by default). Everything it answers is serializable.
-using inspector_actor = caf::typed_actor<
-  // The fleet's actors of one kind (link, image, proxy, health; "" for all),
-  // each with its state and a liveness probe: CAF's built-in
-  // sys/get/"info" request with a short timeout, so a wedged actor shows as
-  // "no reply" instead of hanging the shell.
-  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
-  caf::replies_to<atom::status>::with<fleet_status>,
-  // watch: the watcher gets every engine_event from now on.
-  caf::reacts_to<atom::subscribe, engine_events_actor>,
-  // kill-link: declares the host's link dead now (it redials on the next call).
-  caf::replies_to<atom::kill, std::string>::with<link_status>>;
+  caf::replies_to<atom::kill, std::string>::with<link_status>,
+  // reconcile: the proxy reads its VM back now (and acts on what it finds).
+  caf::replies_to<atom::run, std::string>::with<proxy_status>>;
 
 } // namespace egress

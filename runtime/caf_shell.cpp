@@ -9,6 +9,7 @@
 //   status                             the fleet's status (use --json for all of it)
 //   watch [filter]                     live events until Ctrl-C
 //   kill-link <host>                   declare a host's link dead now
+//   reconcile <proxy>                  read a proxy's VM back now
 //   help, quit
 // Exit codes: 0 ok, 1 a command failed (unknown name, engine unreachable),
 // 2 usage.
@@ -65,6 +66,7 @@ const char* usage_text =
   "  watch [filter]                    live events (links, images, proxies, rotation)\n"
   "                                    whose line contains filter; Ctrl-C ends it\n"
   "  kill-link <host>                  declare a host's link dead now (it redials)\n"
+  "  reconcile <proxy>                 read the proxy's VM back now and act on it\n"
   "  help, quit\n"
   "\n"
   "  -c COMMAND     run COMMAND and exit (repeatable); no REPL\n"
@@ -223,6 +225,25 @@ public:
       for (size_t i = 1; i < w.size(); ++i)
         filter += (i > 1 ? " " : "") + w[i];
       return watch(filter);
+    }
+    if (w[0] == "reconcile") {
+      if (w.size() != 2)
+        return fail("usage: reconcile <proxy>");
+      auto out = ask<proxy_status>([&](caf::scoped_actor& self) {
+        return self->request(inspector_, timeout_, atom::run_v, w[1]);
+      });
+      if (!out)
+        return false;
+      if (json_)
+        std::cout << json{{"name", out->name}, {"phase", to_string(out->phase)},
+                          {"address", out->address}, {"polls", out->polls}}
+                       .dump(2)
+                  << "\n";
+      else
+        std::cout << "proxy " << out->name << ": reconciling now (was " << to_string(out->phase)
+                  << (out->address.empty() ? "" : " at " + out->address)
+                  << "; watch shows what it finds)\n";
+      return true;
     }
     if (w[0] == "kill-link") {
       if (w.size() != 2)
@@ -408,7 +429,7 @@ char* next_candidate(const char* text, int state) {
 char** complete(const char* text, int start, int) {
   candidates.clear();
   if (start == 0) {
-    candidates = {"ls", "show", "status", "watch", "kill-link", "help", "quit"};
+    candidates = {"ls", "show", "status", "watch", "kill-link", "reconcile", "help", "quit"};
   } else {
     candidates = {"links", "images", "proxies", "health", "link", "image", "proxy"};
     if (completing)

@@ -38,6 +38,8 @@ std::string config_with(testbed::temp_dir& dir, const std::string& extra) {
                             "test-node = \"" + std::string{EGRESS_SOURCE_DIR}
                               + "/config/testnode.xml\"");
   text = std::regex_replace(text, std::regex("\\[engine\\]\n"), "[engine]\n" + extra + "\n");
+  // Polls only on request: a test can tell a reconcile from the schedule.
+  text = std::regex_replace(text, std::regex("poll-interval = 1s"), "poll-interval = 1h");
   auto path = dir / "engine.ini";
   testbed::write_file(path, text);
   return path;
@@ -162,6 +164,26 @@ BOOST_AUTO_TEST_CASE(watch_sees_the_link_down_that_kill_link_caused) {
   watcher.signal(SIGTERM);
   BOOST_CHECK(test::eventually([&] { return !watcher.alive(); }, 5s));
   BOOST_CHECK_EQUAL(WEXITSTATUS(watcher.wait_status().value_or(-1)), 0);
+}
+
+// reconcile: one read-back now, outside the (hour-long) poll schedule.
+BOOST_AUTO_TEST_CASE(reconcile_reads_a_proxy_back_now) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  auto polls = [&] {
+    auto r = d.shell({"-c", "show proxy egress-1", "--json"});
+    return r.ok() ? std::stoi(json::parse(r.output)["details"]["polls"].get<std::string>()) : -1;
+  };
+  BOOST_REQUIRE(test::eventually([&] { return polls() >= 1; }, 20s));
+  auto before = polls();
+  auto r = d.shell({"-c", "reconcile egress-1", "--json"});
+  BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
+  BOOST_CHECK_EQUAL(json::parse(r.output)["name"], "egress-1");
+  BOOST_CHECK(test::eventually([&] { return polls() == before + 1; }, 10s));
+  auto missing = d.shell({"-c", "reconcile nope"});
+  BOOST_CHECK_EQUAL(missing.exit_code, 1);
+  BOOST_CHECK_MESSAGE(missing.output.find("no proxy named \"nope\"") != std::string::npos,
+                      missing.output);
 }
 
 BOOST_AUTO_TEST_CASE(shell_reports_an_unreachable_engine) {
