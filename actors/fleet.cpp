@@ -527,6 +527,11 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
           self->delayed_send(self, next, atom::gc_v, atom::poll_v);
       });
     },
+    [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
+      if (!self->state.proxies.contains(name))
+        return make_error(ec::invalid_argument, "no proxy named \"" + name + "\"");
+      return self->delegate(self->state.health, atom::drain_v, std::move(name), drained);
+    },
     [self](atom::run, std::string& name) -> caf::result<proxy_status> {
       auto& st = self->state;
       auto i = st.proxies.find(name);

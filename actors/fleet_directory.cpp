@@ -72,6 +72,8 @@ std::vector<directory_entry> directory_of(const fleet_state& st) {
     if (auto hv = st.health_view.find(name); hv != st.health_view.end()) {
       auto& s = hv->second;
       e.entry.details.push_back(kv("rotation", s.in_rotation ? "in" : "out"));
+      if (s.drained)
+        e.entry.details.push_back(kv("drained", "yes"));
       e.entry.details.push_back(kv("probes", std::to_string(s.probes_ok) + " ok, "
                                                + std::to_string(s.probes_failed) + " failed"));
       if (!s.last_probe.empty())

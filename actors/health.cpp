@@ -51,7 +51,7 @@ void announce(health_pointer self, const health_target& t, bool joined,
 }
 
 void join(health_pointer self, health_target& t, std::string reason) {
-  if (t.view.in_rotation)
+  if (t.view.in_rotation || t.view.drained)
     return;
   t.view.in_rotation = true;
   announce(self, t, true, std::move(reason));
@@ -234,6 +234,26 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
   });
   return {
     [self](proxy_status& s) { update_target(self, s); },
+    [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
+      auto& st = self->state;
+      auto i = st.targets.find(name);
+      if (i == st.targets.end())
+        return make_error(ec::invalid_argument, "no proxy named \"" + name + "\" is watched");
+      auto& t = i->second;
+      if (t.view.drained == drained)
+        return t.view;
+      t.view.drained = drained;
+      if (drained) {
+        leave(self, t, "drained by operator");
+      } else if (t.eligible
+                 && (unprobed(self, t.view.host)
+                     || static_cast<uint32_t>(std::max(t.view.streak, 0))
+                          >= st.opts.probe.rise)) {
+        join(self, t, "undrained by operator");
+      }
+      push(self, t);
+      return t.view;
+    },
     [self](link_status& s) {
       auto& st = self->state;
       auto& h = st.hosts[s.host];

@@ -94,6 +94,9 @@ inspector_actor::behavior_type make_inspector(inspector_pointer self, fleet_acto
     [self](atom::subscribe, engine_events_actor& watcher) {
       self->send(self->state.fleet, atom::subscribe_v, std::move(watcher));
     },
+    [self](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
+      return self->delegate(self->state.fleet, atom::drain_v, std::move(proxy), drained);
+    },
     [self](atom::run, std::string proxy) -> caf::result<proxy_status> {
       return self->delegate(self->state.fleet, atom::run_v, std::move(proxy));
     },

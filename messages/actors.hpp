@@ -134,6 +134,9 @@ using health_actor = caf::typed_actor<
   // Adds a subscriber for rotation events (kept until it terminates).
   caf::reacts_to<atom::subscribe, rotation_events_actor>,
   caf::replies_to<atom::status>::with<std::vector<proxy_health>>,
+  // Drain (true) takes a proxy out of the rotation and keeps it out, probes
+  // going on; undrain (false) lets it back on its probes' verdict.
+  caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
   // Internal: the probe tick.
   caf::reacts_to<atom::poll>>;
 
@@ -145,6 +148,8 @@ using fleet_actor = caf::typed_actor<
   caf::replies_to<atom::ls>::with<std::vector<directory_entry>>,
   caf::replies_to<atom::link, std::string>::with<host_link_actor>,
   caf::replies_to<atom::kill, std::string>::with<link_status>,
+  // Drains (true) or undrains (false) one proxy (the health actor's).
+  caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
   // Asks one proxy to reconcile now; answers with its last status.
   caf::replies_to<atom::run, std::string>::with<proxy_status>,
   // Deletes one proxy's VM and retires its actor (until the next config).
@@ -187,6 +192,8 @@ using inspector_actor = caf::typed_actor<
   // kill-link: declares the host's link dead now (it redials on the next call).
   caf::replies_to<atom::kill, std::string>::with<link_status>,
   // reconcile: the proxy reads its VM back now (and acts on what it finds).
-  caf::replies_to<atom::run, std::string>::with<proxy_status>>;
+  caf::replies_to<atom::run, std::string>::with<proxy_status>,
+  // drain / undrain: out of the rotation until undrained.
+  caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>>;
 
 } // namespace egress

@@ -200,13 +200,14 @@ struct proxy_health {
   int32_t streak = 0;
   std::string last_probe;
   uint32_t probe_ms = 0;
+  bool drained = false; // an operator took it out (caf-shell drain); probes go on
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, proxy_health& x) {
   return f(caf::meta::type_name("proxy_health"), x.name, x.host, x.address,
            x.in_rotation, x.probes_ok, x.probes_failed, x.streak, x.last_probe,
-           x.probe_ms);
+           x.probe_ms, x.drained);
 }
 
 /// A change of the rotation (the healthy set), for subscribers.

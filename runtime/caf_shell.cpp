@@ -10,6 +10,7 @@
 //   watch [filter]                     live events until Ctrl-C
 //   kill-link <host>                   declare a host's link dead now
 //   reconcile <proxy>                  read a proxy's VM back now
+//   drain <proxy>, undrain <proxy>     keep a proxy out of the rotation / let it back
 //   help, quit
 // Exit codes: 0 ok, 1 a command failed (unknown name, engine unreachable),
 // 2 usage.
@@ -67,6 +68,7 @@ const char* usage_text =
   "                                    whose line contains filter; Ctrl-C ends it\n"
   "  kill-link <host>                  declare a host's link dead now (it redials)\n"
   "  reconcile <proxy>                 read the proxy's VM back now and act on it\n"
+  "  drain <proxy>, undrain <proxy>    keep a proxy out of the rotation / let it back\n"
   "  help, quit\n"
   "\n"
   "  -c COMMAND     run COMMAND and exit (repeatable); no REPL\n"
@@ -225,6 +227,25 @@ public:
       for (size_t i = 1; i < w.size(); ++i)
         filter += (i > 1 ? " " : "") + w[i];
       return watch(filter);
+    }
+    if (w[0] == "drain" || w[0] == "undrain") {
+      if (w.size() != 2)
+        return fail("usage: " + w[0] + " <proxy>");
+      bool drained = w[0] == "drain";
+      auto out = ask<proxy_health>([&](caf::scoped_actor& self) {
+        return self->request(inspector_, timeout_, atom::drain_v, w[1], drained);
+      });
+      if (!out)
+        return false;
+      if (json_)
+        std::cout << json{{"name", out->name}, {"drained", out->drained},
+                          {"in_rotation", out->in_rotation}}
+                       .dump(2)
+                  << "\n";
+      else
+        std::cout << "proxy " << out->name << ": " << (out->drained ? "drained" : "undrained")
+                  << ", " << (out->in_rotation ? "in" : "out of") << " the rotation\n";
+      return true;
     }
     if (w[0] == "reconcile") {
       if (w.size() != 2)
@@ -429,7 +450,8 @@ char* next_candidate(const char* text, int state) {
 char** complete(const char* text, int start, int) {
   candidates.clear();
   if (start == 0) {
-    candidates = {"ls", "show", "status", "watch", "kill-link", "reconcile", "help", "quit"};
+    candidates = {"ls", "show", "status", "watch", "kill-link", "reconcile", "drain", "undrain",
+                  "help", "quit"};
   } else {
     candidates = {"links", "images", "proxies", "health", "link", "image", "proxy"};
     if (completing)

@@ -186,6 +186,31 @@ BOOST_AUTO_TEST_CASE(reconcile_reads_a_proxy_back_now) {
                       missing.output);
 }
 
+// drain keeps a healthy proxy out of the rotation; undrain lets it back.
+BOOST_AUTO_TEST_CASE(drain_and_undrain_move_a_proxy_out_of_and_into_the_rotation) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  auto rotation = [&] {
+    auto r = d.shell({"-c", "status", "--json"});
+    return r.ok() ? json::parse(r.output)["rotation"].get<std::vector<std::string>>()
+                  : std::vector<std::string>{};
+  };
+  BOOST_REQUIRE(test::eventually([&] { return rotation().size() == 3; }, 20s));
+  auto r = d.shell({"-c", "drain egress-2", "--json"});
+  BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
+  BOOST_CHECK_EQUAL(json::parse(r.output)["drained"], true);
+  BOOST_CHECK(test::eventually([&] {
+    return rotation() == std::vector<std::string>{"egress-1", "egress-3"};
+  }, 10s));
+  auto show = d.shell({"-c", "show proxy egress-2", "--json"});
+  BOOST_CHECK_EQUAL(json::parse(show.output)["details"]["drained"], "yes");
+  BOOST_REQUIRE(d.shell({"-c", "undrain egress-2"}).ok());
+  BOOST_CHECK(test::eventually([&] { return rotation().size() == 3; }, 10s));
+  auto missing = d.shell({"-c", "drain nope"});
+  BOOST_CHECK_EQUAL(missing.exit_code, 1);
+  BOOST_CHECK(missing.output.find("no proxy named \"nope\"") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(shell_reports_an_unreachable_engine) {
   // A port nobody listens on (the daemon's, after it stopped).
   daemon_run d;
