@@ -90,6 +90,15 @@ void write_config(const std::string& dir, const libvirtd_options& opts) {
   write_file(dir + "/start.sh", script, 0755);
 }
 
+/// The PID in a daemon's pid file; 0 when unreadable.
+pid_t read_pid(const fs::path& path) {
+  try {
+    return std::stoi(read_file(path));
+  } catch (...) {
+    return 0;
+  }
+}
+
 } // namespace
 
 libvirtd::libvirtd(libvirtd_options opts) : opts_(std::move(opts)), dir_("libvirtd") {
@@ -215,12 +224,9 @@ void libvirtd::kill_leftover_domains(const std::string& dir) {
     auto path = it->path();
     if (path.extension() != ".pid")
       continue;
-    pid_t pid = 0;
-    try {
-      pid = std::stoi(read_file(path));
-    } catch (...) {
+    pid_t pid = read_pid(path);
+    if (pid <= 0)
       continue;
-    }
     // The PID may have been reused since: only a qemu running this guest.
     auto proc = "/proc/" + std::to_string(pid);
     auto cmdline = read_file(proc + "/cmdline");
@@ -267,12 +273,9 @@ void libvirtd::kill_leftover_domains(const std::string& dir) {
     auto path = nit->path();
     if (path.extension() != ".pid")
       continue;
-    pid_t pid = 0;
-    try {
-      pid = std::stoi(read_file(path));
-    } catch (...) {
+    pid_t pid = read_pid(path);
+    if (pid <= 0)
       continue;
-    }
     auto cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
     if (pid > 1 && cmdline.find("dnsmasq") != std::string::npos
         && cmdline.find("/" + path.stem().string() + ".conf") != std::string::npos)
