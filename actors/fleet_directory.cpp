@@ -39,7 +39,9 @@ std::vector<directory_entry> directory_of(const fleet_state& st) {
       if (!s.reason.empty())
         e.entry.state += " (" + s.reason + ")";
       e.entry.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
-                         kv("limit", s.limit), kv("dials", s.dials), kv("deaths", s.deaths)};
+                         kv("limit", s.limit), kv("dials", s.dials), kv("deaths", s.deaths),
+                         kv("budget overruns", s.overruns),
+                         kv("abandoned calls running", s.abandoned_calls)};
     }
     out.push_back(std::move(e));
   }

@@ -39,7 +39,7 @@ bool kills_link(const caf::error& err) {
 void dispose(host_link_pointer self, std::any value) {
   if (!value.has_value())
     return;
-  auto h = spawn_call(self->system(), self->state.opts.host,
+  auto h = self->state.calls.spawn(self, self->state.opts.host,
                       blocking_work{"dispose", [v = std::move(value)]() mutable
                                     -> caf::expected<std::any> {
                                       v.reset();
@@ -71,7 +71,7 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
   blocking_work work{what, [conn = st.conn, fn = std::move(p.job.fn)]() {
                        return fn(*conn);
                      }};
-  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  auto h = st.calls.spawn(self, st.opts.host, std::move(work));
   auto gen = st.generation;
   self->request(h, budget, atom::run_v)
     .then(
@@ -83,7 +83,7 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
         self->state.in_flight.erase(i);
         pump(self);
       },
-      [self, id, gen, what, budget](caf::error& err) {
+      [self, id, gen, what, budget, addr = h.address()](caf::error& err) {
         auto& st = self->state;
         auto i = st.in_flight.find(id);
         if (i == st.in_flight.end()) {
@@ -101,6 +101,8 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
           // the link dies, whose kill unblocks the call still running.
           auto text = st.opts.host + ": " + what + " ran past its "
                       + seconds_text(budget) + " budget";
+          ++st.overruns;
+          st.calls.abandon(addr, "ran past its " + seconds_text(budget) + " budget");
           rp.deliver(make_error(ec::budget_exceeded, text));
           mark_dead(self, "budget overrun: " + what + " after "
                             + seconds_text(budget));
@@ -136,7 +138,7 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
                          return c.error();
                        return std::any{std::move(*c)};
                      }};
-  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  auto h = st.calls.spawn(self, st.opts.host, std::move(work));
   self->request(h, st.opts.connect_timeout, atom::run_v)
     .then(
       [self, gen](call_result& r) {
@@ -173,7 +175,7 @@ void start_transport_pump(host_link_pointer self, uint64_t gen) {
                          return err;
                        return std::any{};
                      }};
-  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  auto h = st.calls.spawn(self, st.opts.host, std::move(work));
   // No timeout: the pump lives as long as the link. The call actor always
   // answers before it quits, so this request cannot be left dangling.
   auto on_end = [self, gen](std::string why) {
@@ -214,7 +216,7 @@ void start_dial(host_link_pointer self) {
                          return err;
                        return std::any{};
                      }};
-  auto h = spawn_call(self->system(), st.opts.host, std::move(work));
+  auto h = st.calls.spawn(self, st.opts.host, std::move(work));
   publish(self);
   self->request(h, st.opts.connect_timeout, atom::run_v)
     .then(
@@ -262,6 +264,8 @@ link_status host_link_state::snapshot() const {
   s.limit = opts.max_calls;
   s.dials = dials;
   s.deaths = deaths;
+  s.overruns = overruns;
+  s.abandoned_calls = static_cast<uint32_t>(calls.abandoned_running());
   return s;
 }
 
@@ -285,6 +289,9 @@ void mark_dead(host_link_pointer self, std::string reason) {
   for (auto& p : st.queued)
     p.rp.deliver(failure);
   st.queued.clear();
+  // Everything this link still runs is abandoned now; the kill below is
+  // what frees it, and the ledger shows whether it did.
+  st.calls.abandon_all("link dead: " + reason);
   publish(self);
   // The kill runs on its own thread so that this actor stays responsive (a
   // second mark-dead returns at once) even if a transport's kill were slow.
@@ -292,7 +299,7 @@ void mark_dead(host_link_pointer self, std::string reason) {
   auto t = std::move(st.transport);
   auto c = std::move(st.conn);
   if (t || c) {
-    auto h = spawn_call(self->system(), st.opts.host,
+    auto h = st.calls.spawn(self, st.opts.host,
                         blocking_work{"kill", [t, c]() mutable
                                       -> caf::expected<std::any> {
                                         if (t)
@@ -309,7 +316,12 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
                                               host_link_options opts) {
   self->state.opts = std::move(opts);
   self->state.name = "host_link/" + self->state.opts.host;
+  self->state.calls.set_owner("link " + self->state.opts.host);
   self->set_down_handler([self](const caf::down_msg& msg) {
+    if (self->state.calls.ended(msg)) {
+      publish(self); // the abandoned-call count may have changed
+      return;
+    }
     auto& subs = self->state.subscribers;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
                               [&](const link_events_actor& s) {
@@ -342,6 +354,7 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
       return rp;
     },
     [self](atom::status) { return self->state.snapshot(); },
+    [self](atom::ls) { return self->state.calls.entries(); },
     [self](atom::subscribe, link_events_actor& sub) {
       self->monitor(sub);
       self->state.subscribers.push_back(std::move(sub));

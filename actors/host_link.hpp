@@ -19,6 +19,7 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
+#include "actors/call_ledger.hpp"
 #include "messages/actors.hpp"
 #include "providers/transport.hpp"
 
@@ -63,7 +64,11 @@ struct host_link_state {
   clock::time_point next_dial_at{};
   uint64_t dials = 0;
   uint64_t deaths = 0;
+  uint64_t overruns = 0; // calls that ran past their budget
   std::vector<link_events_actor> subscribers;
+  // Every detached call this link started (jobs, dials, its pump, kills):
+  // what `caf-shell ls calls` shows.
+  call_ledger calls;
   std::minstd_rand rng{std::random_device{}()};
 
   link_status snapshot() const;

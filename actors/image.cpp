@@ -63,6 +63,7 @@ void publish_progress(image_pointer self) {
   st.status.bytes = bytes;
   st.status.total = st.progress->total.load();
   st.status.resumed_from = st.progress->resumed_from.load();
+  st.status.moved_total = st.moved_before + st.progress->moved.load();
   auto dt = std::chrono::duration<double>(now - st.tick_at).count();
   if (dt > 0 && bytes >= st.tick_bytes) {
     st.status.rate_bps = static_cast<uint64_t>(static_cast<double>(bytes - st.tick_bytes) / dt);
@@ -110,6 +111,7 @@ void abandon(image_pointer self, ec code, const std::string& why) {
   if (!st.running || st.abandoned)
     return;
   st.abandoned = true;
+  st.calls.abandon(st.fill_call, why);
   // Lock-free: whatever the fill is blocked in (libvirt, libcurl) returns.
   st.live->now();
   auto err = make_error(code, st.name + ": " + why);
@@ -122,6 +124,7 @@ void finished(image_pointer self, caf::expected<images::fill_result> r) {
   auto& st = self->state;
   st.running = false;
   publish_progress(self);
+  st.moved_before = st.status.moved_total;
   st.progress.reset();
   st.transfer.reset();
   st.cleanup.reset();
@@ -195,7 +198,7 @@ void start_fill(image_pointer self) {
   req.transfer = st.transfer;
   req.cleanup = st.cleanup;
   auto progress = st.progress;
-  auto h = spawn_call(self->system(), st.opts.host.name,
+  auto h = st.calls.spawn(self, st.opts.host.name,
                       blocking_work{"fill " + st.name, [req, progress]()
                                                          -> caf::expected<std::any> {
                                       auto r = images::fill(req, *progress);
@@ -203,6 +206,7 @@ void start_fill(image_pointer self) {
                                         return std::move(r.error());
                                       return std::any{std::move(*r)};
                                     }});
+  st.fill_call = h.address();
   // No timeout here: the budget is enforced by the tick (abandon), and the
   // answer is awaited even after that, because a new fill must not start
   // before this one has ended.
@@ -225,6 +229,8 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
   st.status.image = opts.image.name;
   st.status.host = opts.host.name;
   st.opts = std::move(opts);
+  st.calls.set_owner(st.name);
+  self->set_down_handler([self](const caf::down_msg& msg) { self->state.calls.ended(msg); });
   // On exit (engine shutdown) a running fill is freed at once: its
   // transports are killed, so the detached call ends and shutdown is not
   // held up by a 20-minute upload (docs/spec.md 15).
@@ -271,6 +277,7 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
       return rp;
     },
     [self](atom::status) -> image_status { return snapshot(self->state); },
+    [self](atom::ls) { return self->state.calls.entries(); },
     [self](atom::kill, std::string& why) -> image_status {
       abandon(self, ec::link_down, "transfer abandoned: " + why);
       return self->state.status;

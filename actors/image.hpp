@@ -18,6 +18,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/call_ledger.hpp"
 #include "messages/actors.hpp"
 #include "providers/images/fill.hpp"
 #include "providers/transport.hpp"
@@ -73,6 +74,10 @@ struct image_actor_state {
   };
   std::shared_ptr<giving_up> live = std::make_shared<giving_up>();
   uint32_t failures_in_a_row = 0;
+  uint64_t moved_before = 0; // bytes moved by the fills that ended
+  // The fill's detached call, for `caf-shell ls calls`.
+  call_ledger calls;
+  caf::actor_addr fill_call;
   uint64_t tick_bytes = 0;
   std::chrono::steady_clock::time_point tick_at;
   std::chrono::steady_clock::time_point logged_at;

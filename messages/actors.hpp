@@ -90,6 +90,9 @@ using host_link_actor = caf::typed_actor<
   // budget overrun the caller gets transient budget_exceeded and the link dies.
   caf::replies_to<atom::call, call_job>::with<call_result>,
   caf::replies_to<atom::status>::with<link_status>,
+  // Its detached calls (jobs, dials, pump, kills), abandoned ones included
+  // until a while after their threads ended (kind "call").
+  caf::replies_to<atom::ls>::with<std::vector<actor_entry>>,
   // Adds a subscriber for link_down broadcasts (kept until it terminates).
   caf::reacts_to<atom::subscribe, link_events_actor>,
   // Marks the link dead with the given reason and kills its transport; answers
@@ -114,6 +117,8 @@ using proxy_actor = caf::typed_actor<
 using image_actor = caf::typed_actor<
   caf::replies_to<atom::ensure>::with<image_ready>,
   caf::replies_to<atom::status>::with<image_status>,
+  // Its fill's detached call, while it runs or after it was abandoned.
+  caf::replies_to<atom::ls>::with<std::vector<actor_entry>>,
   // Abandons a running fill (its transports are killed, its waiters get
   // transient); the next ensure starts over once the fill has ended.
   caf::replies_to<atom::kill, std::string>::with<image_status>,

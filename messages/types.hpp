@@ -138,12 +138,15 @@ struct link_status {
   uint32_t limit = 0;
   uint64_t dials = 0;   // connections opened so far
   uint64_t deaths = 0;  // times this link was marked dead
+  uint64_t overruns = 0;        // calls that ran past their budget
+  uint32_t abandoned_calls = 0; // given up on, their threads still running
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, link_status& x) {
   return f(caf::meta::type_name("link_status"), x.host, x.state, x.reason,
-           x.in_flight, x.queued, x.limit, x.dials, x.deaths);
+           x.in_flight, x.queued, x.limit, x.dials, x.deaths, x.overruns,
+           x.abandoned_calls);
 }
 
 enum class proxy_phase : uint8_t {
@@ -265,13 +268,14 @@ struct image_status {
   std::string last_error;
   std::string last_error_kind;
   int64_t retry_in_ms = 0;   // failed and transient: until the next fill may start
+  uint64_t moved_total = 0;  // bytes streamed from the mirror into the pool, all fills
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, image_status& x) {
   return f(caf::meta::type_name("image_status"), x.image, x.host, x.state, x.volume,
            x.bytes, x.total, x.rate_bps, x.eta_s, x.resumed_from, x.fills, x.transfers,
-           x.waiters, x.last_error, x.last_error_kind, x.retry_in_ms);
+           x.waiters, x.last_error, x.last_error_kind, x.retry_in_ms, x.moved_total);
 }
 
 /// What a waiter gets once the image is in the pool, verified.

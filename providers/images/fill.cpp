@@ -184,11 +184,14 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
       std::memcpy(buf, first.get() + first_pos, n);
       first_pos += n;
       progress.bytes += n;
+      progress.moved += n;
       return n;
     }
     auto n = (*dl)->read(buf, cap);
-    if (n)
+    if (n) {
       progress.bytes += *n;
+      progress.moved += *n;
+    }
     return n;
   };
   if (auto err = lv::upload_volume(c, pool, names.data, offset, total - offset, source))

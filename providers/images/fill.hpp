@@ -61,6 +61,9 @@ struct fill_progress {
   std::atomic<uint64_t> total{0};        // 0 until known
   std::atomic<uint64_t> resumed_from{0}; // offset the transfer resumed at
   std::atomic<bool> transferring{false};
+  // Bytes this fill moved from the mirror into the pool (the fill streams,
+  // so each is downloaded and uploaded once; a resumed prefix is not).
+  std::atomic<uint64_t> moved{0};
   /// Set (any thread) to give the fill up: the download ends within about
   /// 100 ms even while the mirror is silent. Killing the transports frees
   /// what blocks in libvirt; this frees what blocks in libcurl.

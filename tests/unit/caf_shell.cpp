@@ -6,6 +6,7 @@
 #define BOOST_TEST_MODULE caf_shell
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <regex>
@@ -272,6 +273,51 @@ BOOST_FIXTURE_TEST_CASE(spec_19_a_wedged_actor_shows_as_no_reply_within_the_time
   std::vector<caf::actor> all{caf::actor_cast<caf::actor>(insp),
                               caf::actor_cast<caf::actor>(fleet), fine};
   for (auto& a : all)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  self->wait_for(wedged);
+}
+
+// ls calls: the inspector asks each link and image for its detached calls
+// and lists them together; an owner that does not answer is one entry
+// saying so, within the liveness timeout.
+BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_owner,
+                        test::engine_fixture) {
+  auto owner = sys->spawn([]() -> caf::behavior {
+    return {[](atom::ls) {
+      actor_entry c{"call", "hv1#42", "abandoned, thread still running", "", "busy (detached)",
+                    {"call: define px-1", "host: hv1"}};
+      return std::vector<actor_entry>{c};
+    }};
+  });
+  auto wedged = sys->spawn<caf::detached>([](caf::blocking_actor* self) {
+    self->receive([](int) {});
+    std::this_thread::sleep_for(2s);
+  });
+  caf::anon_send(wedged, 1);
+  std::vector<directory_entry> dir;
+  dir.push_back({{"link", "hv1", "up", "", "", {}}, owner});
+  dir.push_back({{"image", "base@hv2", "fetching", "", "", {}}, wedged});
+  dir.push_back({{"proxy", "px-1", "running", "", "", {}}, owner});
+  auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
+  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms});
+  caf::scoped_actor self{*sys};
+  std::vector<actor_entry> got;
+  self->request(insp, 5s, atom::ls_v, std::string{"call"})
+    .receive([&](std::vector<actor_entry>& xs) { got = std::move(xs); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  BOOST_REQUIRE_EQUAL(got.size(), 2u);
+  std::sort(got.begin(), got.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  BOOST_CHECK_EQUAL(got[0].name, "hv1#42");
+  BOOST_CHECK_EQUAL(got[0].state, "abandoned, thread still running");
+  BOOST_CHECK_EQUAL(got[1].name, "image base@hv2");
+  BOOST_CHECK_EQUAL(got[1].state, "unknown: its owner did not list them");
+  BOOST_CHECK_EQUAL(got[1].liveness, "no reply within 300 ms");
+  // "ls" of everything includes the calls beside the actors.
+  self->request(insp, 5s, atom::ls_v, std::string{})
+    .receive([&](std::vector<actor_entry>& xs) { got = std::move(xs); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  BOOST_CHECK_EQUAL(got.size(), 5u);
+  for (auto a : {caf::actor_cast<caf::actor>(insp), caf::actor_cast<caf::actor>(fleet), owner})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   self->wait_for(wedged);
 }

@@ -4,6 +4,10 @@
 #define BOOST_TEST_MODULE host_link
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <optional>
+#include <thread>
+
 #include <caf/event_based_actor.hpp>
 
 #include "actors/host_link.hpp"
@@ -100,6 +104,55 @@ BOOST_AUTO_TEST_CASE(spec_03_budget_overrun_fails_caller_transient_and_kills_lin
                                            }});
   BOOST_REQUIRE(run_until([&] { return later->done; }));
   BOOST_CHECK(later->err == ec::link_down || !later->err);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+// `caf-shell ls calls`: a call the kill cannot free (a job blocked in
+// something other than the transport) stays listed as abandoned with its
+// thread still running, and the status counts it, until the thread ends.
+BOOST_AUTO_TEST_CASE(ls_calls_shows_an_abandoned_call_until_its_thread_ends) {
+  auto link = spawn_link(1s);
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  call_job job;
+  job.what = "wedged-call";
+  job.fn = [release](lv::connection&) -> caf::expected<std::any> {
+    for (int i = 0; i < 3000 && !release->load(); ++i)
+      std::this_thread::sleep_for(10ms);
+    return std::any{};
+  };
+  auto out = request_call(link, job);
+  BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+  auto calls = [&] { return link_of(link).calls.entries(); };
+  auto find = [&](const std::vector<actor_entry>& xs, const std::string& what) {
+    for (auto& e : xs)
+      for (auto& d : e.details)
+        if (d == "call: " + what)
+          return std::optional<actor_entry>{e};
+    return std::optional<actor_entry>{};
+  };
+  auto running = find(calls(), "wedged-call");
+  BOOST_REQUIRE(running);
+  BOOST_CHECK_EQUAL(running->kind, "call");
+  BOOST_CHECK_EQUAL(running->state, "running");
+  BOOST_CHECK(running->name.rfind("hv1#", 0) == 0);
+  sched.advance_time(1s);
+  BOOST_REQUIRE(run_until([&] { return out->done; }));
+  BOOST_CHECK(out->err == ec::budget_exceeded);
+  auto abandoned = find(calls(), "wedged-call");
+  BOOST_REQUIRE(abandoned);
+  BOOST_CHECK_EQUAL(abandoned->state, "abandoned, thread still running");
+  BOOST_CHECK(std::any_of(abandoned->details.begin(), abandoned->details.end(), [](auto& d) {
+    return d.find("ran past its 1s budget") != std::string::npos;
+  }));
+  auto st = link_of(link).snapshot();
+  BOOST_CHECK_EQUAL(st.overruns, 1u);
+  BOOST_CHECK_GE(st.abandoned_calls, 1u);
+  release->store(true);
+  BOOST_REQUIRE(run_until([&] {
+    auto e = find(calls(), "wedged-call");
+    return e && e->state == "abandoned, thread ended";
+  }));
+  BOOST_CHECK(run_until([&] { return link_of(link).snapshot().abandoned_calls == 0; }));
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 
