@@ -25,6 +25,11 @@ struct fleet_hooks {
   std::function<transport_factory(const host_config&)> make_transport;
   /// Builds the prober for a host's proxies; default: prober_for (by config).
   std::function<probe::prober_ptr(const host_config&)> make_prober;
+  /// Reads the configuration again, exactly as at start, for an operator's
+  /// `caf-shell reload` (caf-run re-reads its file). Runs on a detached
+  /// thread. Empty: the embedding application owns its config, and a reload
+  /// from the shell is refused with that reason.
+  std::function<caf::expected<engine_config>()> reread_config;
 };
 
 /// The host configs the health actor builds its probers from. Shared with

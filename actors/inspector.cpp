@@ -7,6 +7,7 @@
 
 #include <caf/event_based_actor.hpp>
 
+#include "actors/call.hpp"
 #include "messages/error.hpp"
 
 namespace egress {
@@ -141,10 +142,12 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
 
 } // namespace
 
-inspector_actor::behavior_type make_inspector(inspector_pointer self, fleet_actor fleet,
-                                              caf::timespan liveness_timeout) {
+inspector_actor::behavior_type
+make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness_timeout,
+               config_source reread_config) {
   self->state.fleet = std::move(fleet);
   self->state.liveness_timeout = liveness_timeout;
+  self->state.reread_config = std::move(reread_config);
   return {
     [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_entry>> {
       auto rp = self->make_response_promise<std::vector<actor_entry>>();
@@ -180,6 +183,35 @@ inspector_actor::behavior_type make_inspector(inspector_pointer self, fleet_acto
     },
     [self](atom::run, std::string proxy) -> caf::result<proxy_status> {
       return self->delegate(self->state.fleet, atom::run_v, std::move(proxy));
+    },
+    [self](atom::reload) -> caf::result<std::string> {
+      auto& st = self->state;
+      if (!st.reread_config)
+        return make_error(ec::unsupported,
+                          "reload: this engine was configured by the application that "
+                          "embeds it; there is no file to re-read");
+      auto rp = self->make_response_promise<std::string>();
+      // Reading and parsing a file is blocking work: a detached call, never
+      // a scheduler thread (invariant 4).
+      auto h = spawn_call(self->system(), "inspector",
+                          blocking_work{"re-read the configuration",
+                                        [f = st.reread_config]() -> caf::expected<std::any> {
+                                          auto c = f();
+                                          if (!c)
+                                            return std::move(c.error());
+                                          return std::any{std::move(*c)};
+                                        }});
+      self->request(h, std::chrono::seconds(10), atom::run_v)
+        .then(
+          [self, rp](call_result& r) mutable {
+            auto next = std::any_cast<engine_config>(std::move(r.value));
+            self->request(self->state.fleet, std::chrono::seconds(10), atom::reload_v,
+                          std::move(next))
+              .then([rp](std::string& summary) mutable { rp.deliver(std::move(summary)); },
+                    [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
     },
     [self](atom::kill, std::string host) -> caf::result<link_status> {
       return self->delegate(self->state.fleet, atom::kill_v, std::move(host));

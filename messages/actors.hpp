@@ -199,6 +199,11 @@ using inspector_actor = caf::typed_actor<
   // reconcile: the proxy reads its VM back now (and acts on what it finds).
   caf::replies_to<atom::run, std::string>::with<proxy_status>,
   // drain / undrain: out of the rotation until undrained.
-  caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>>;
+  caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
+  // reload: re-reads the configuration the way the engine was started (the
+  // node's own file; never a config sent over the wire) and applies only the
+  // difference; answers with the summary, or refuses with the reasons and
+  // changes nothing.
+  caf::replies_to<atom::reload>::with<std::string>>;
 
 } // namespace egress

@@ -96,21 +96,22 @@ private:
   std::thread th_;
 };
 
-// SIGHUP: re-reads the file the engine started with, exactly as at start
-// (same arguments, same strict checks) and hands it to the engine, which
-// applies only the difference. A file that does not validate changes
-// nothing; the reasons go to the log.
-void reload(egress::engine& eng, const std::vector<char*>& args) {
-  egress::log::info("caf-run", "SIGHUP: reloading the configuration");
+// Re-reads the file the engine started with, exactly as at start (same
+// arguments, same strict checks). For SIGHUP and for caf-shell's reload,
+// which hand it to the fleet: it applies only the difference, and a file
+// that does not validate changes nothing.
+caf::expected<egress::engine_config> reread(std::vector<char*> args) {
   caf::actor_system_config cfg;
   egress::configure(cfg);
-  auto copy = args;
-  if (auto err = cfg.parse(static_cast<int>(copy.size()), copy.data())) {
-    egress::log::error("caf-run", "reload refused, the running fleet is unchanged: cannot parse "
-                                    + cfg.config_file_path + ": " + cfg.render(err));
-    return;
-  }
-  auto next = egress::load_engine_config(cfg);
+  if (auto err = cfg.parse(static_cast<int>(args.size()), args.data()))
+    return egress::make_error(egress::ec::config_invalid,
+                              "cannot parse " + cfg.config_file_path + ": " + cfg.render(err));
+  return egress::load_engine_config(cfg);
+}
+
+void reload(egress::engine& eng, const std::vector<char*>& args) {
+  egress::log::info("caf-run", "SIGHUP: reloading the configuration");
+  auto next = reread(args);
   if (!next) {
     egress::log::error("caf-run", "reload refused, the running fleet is unchanged:\n"
                                     + egress::detail(next.error()));
@@ -189,7 +190,9 @@ int main(int argc, char** argv) {
     // joins every detached thread.
     std::optional<stop_watchdog> watchdog;
     caf::actor_system sys{cfg};
-    auto eng = egress::engine::start(sys, *ec);
+    egress::fleet_hooks hooks;
+    hooks.reread_config = [args] { return reread(args); };
+    auto eng = egress::engine::start(sys, *ec, std::move(hooks));
     if (!eng) {
       std::cerr << "caf-run: cannot start: " << egress::render(eng.error()) << "\n";
       return exit_start_failed;

@@ -11,6 +11,7 @@
 //   kill-link <host>                   declare a host's link dead now
 //   reconcile <proxy>                  read a proxy's VM back now
 //   drain <proxy>, undrain <proxy>     keep a proxy out of the rotation / let it back
+//   reload                             the engine re-reads its config file, applies the change
 //   help, quit
 // Exit codes: 0 ok, 1 a command failed (unknown name, engine unreachable),
 // 2 usage.
@@ -69,6 +70,8 @@ const char* usage_text =
   "  kill-link <host>                  declare a host's link dead now (it redials)\n"
   "  reconcile <proxy>                 read the proxy's VM back now and act on it\n"
   "  drain <proxy>, undrain <proxy>    keep a proxy out of the rotation / let it back\n"
+  "  reload                            the engine re-reads its config file and applies\n"
+  "                                    only the change (a bad file changes nothing)\n"
   "  help, quit\n"
   "\n"
   "  -c COMMAND     run COMMAND and exit (repeatable); no REPL\n"
@@ -265,6 +268,20 @@ public:
         std::cout << "proxy " << out->name << ": reconciling now (was " << to_string(out->phase)
                   << (out->address.empty() ? "" : " at " + out->address)
                   << "; watch shows what it finds)\n";
+      return true;
+    }
+    if (w[0] == "reload") {
+      if (w.size() != 1)
+        return fail("usage: reload (the engine re-reads its own configuration file)");
+      auto out = ask<std::string>([&](caf::scoped_actor& self) {
+        return self->request(inspector_, timeout_, atom::reload_v);
+      });
+      if (!out)
+        return false;
+      if (json_)
+        std::cout << json{{"applied", *out}}.dump(2) << "\n";
+      else
+        std::cout << "reload applied: " << *out << "\n";
       return true;
     }
     if (w[0] == "kill-link") {
@@ -471,7 +488,7 @@ char** complete(const char* text, int start, int) {
   candidates.clear();
   if (start == 0) {
     candidates = {"ls", "show", "status", "watch", "kill-link", "reconcile", "drain", "undrain",
-                  "help", "quit"};
+                  "reload",    "help",      "quit"};
   } else {
     candidates = {"links", "images", "proxies", "health", "calls",
                   "link",  "image",  "proxy",   "call"};

@@ -41,8 +41,10 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
   struct sigaction old{};
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
     std::signal(SIGPIPE, SIG_IGN);
+  auto reread = hooks.reread_config;
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
-  auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)});
+  auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)},
+                     std::move(reread));
   return engine{sys, std::move(f), std::move(i), std::move(cfg)};
 }
 

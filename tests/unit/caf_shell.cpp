@@ -258,7 +258,7 @@ BOOST_FIXTURE_TEST_CASE(spec_19_a_wedged_actor_shows_as_no_reply_within_the_time
   dir.push_back({{"proxy", "stuck", "running", "", "", {}}, wedged});
   dir.push_back({{"proxy", "fine", "running", "", "", {}}, fine});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
-  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms});
+  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
   auto t0 = std::chrono::steady_clock::now();
   std::vector<actor_entry> got;
@@ -299,7 +299,7 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   dir.push_back({{"image", "base@hv2", "fetching", "", "", {}}, wedged});
   dir.push_back({{"proxy", "px-1", "running", "", "", {}}, owner});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
-  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms});
+  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
   std::vector<actor_entry> got;
   self->request(insp, 5s, atom::ls_v, std::string{"call"})
@@ -320,4 +320,32 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   for (auto a : {caf::actor_cast<caf::actor>(insp), caf::actor_cast<caf::actor>(fleet), owner})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   self->wait_for(wedged);
+}
+
+// reload: the engine re-reads its own file (never a config sent by the
+// shell). A file with a typo is refused with the key named and changes
+// nothing; a valid change is applied, and only the change.
+BOOST_AUTO_TEST_CASE(reload_from_the_shell_applies_the_file_or_refuses_it_whole) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  auto proxies = [&] {
+    auto r = d.shell({"-c", "ls proxies", "--json"});
+    return r.ok() ? json::parse(r.output).size() : size_t{0};
+  };
+  BOOST_REQUIRE(test::eventually([&] { return proxies() == 3; }, 20s));
+  auto ini = d.dir / "engine.ini";
+  auto good = testbed::read_file(ini);
+  testbed::write_file(ini, std::regex_replace(good, std::regex("poll-interval = 1h"),
+                                              "pol-interval = 1h"));
+  auto bad = d.shell({"-c", "reload"});
+  BOOST_CHECK_EQUAL(bad.exit_code, 1);
+  BOOST_CHECK_MESSAGE(bad.output.find("pol-interval") != std::string::npos, bad.output);
+  BOOST_CHECK_EQUAL(proxies(), 3u);
+  testbed::write_file(ini, std::regex_replace(good, std::regex("tags = \\[\"demo\"\\] \\},\n  \\{ name = \"egress-2\""),
+                                              "tags = [\"demo\"] },\n  { name = \"egress-4\", host = \"local\" },\n  { name = \"egress-2\""));
+  auto r = d.shell({"-c", "reload", "--json"});
+  BOOST_REQUIRE_MESSAGE(r.ok(), r.output + d.log());
+  auto applied = json::parse(r.output)["applied"].get<std::string>();
+  BOOST_CHECK_MESSAGE(applied.find("+1") != std::string::npos, applied);
+  BOOST_CHECK(test::eventually([&] { return proxies() == 4; }, 10s));
 }
