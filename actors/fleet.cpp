@@ -103,10 +103,12 @@ template <class View, class Status>
 void note_change(fleet_pointer self, const View& view, const std::string& key,
                  const Status& now) {
   auto& st = self->state;
+  auto i = view.find(key);
+  auto before = i == view.end() ? nullptr : &i->second;
+  st.metrics.observe(before, now);
   if (st.watchers.empty())
     return;
-  auto i = view.find(key);
-  for (auto& ev : events_between(i == view.end() ? nullptr : &i->second, now))
+  for (auto& ev : events_between(before, now))
     for (auto& w : st.watchers)
       self->send(w, ev);
 }
@@ -574,6 +576,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       self->quit();
       return true;
     },
+    [self](atom::metrics) { return render_metrics(self->state); },
     [self](link_down& ev) {
       log::warn("fleet", "link_down " + ev.host + ": " + ev.reason);
     },

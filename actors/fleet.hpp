@@ -13,6 +13,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/fleet_metrics.hpp"
 #include "messages/actors.hpp"
 #include "providers/probe/probe.hpp"
 #include "providers/transport.hpp"
@@ -62,6 +63,7 @@ struct fleet_state {
   std::map<std::string, std::string> started;
   uint64_t reloads = 0;
   std::string last_reload;
+  fleet_metrics metrics; // accumulated from the pushes (fleet_metrics.cpp)
   bool gc_done = false; // the first pass after start succeeded everywhere
   bool stopping = false;
 };

@@ -395,21 +395,29 @@ void poll(proxy_pointer self) {
   st.busy = true;
   auto name = st.opts.spec.name;
   auto sources = sources_of(st.opts.address_sources);
+  auto t0 = std::chrono::steady_clock::now();
+  auto took = [t0] {
+    return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count());
+  };
   link_call<domain_reading>(
     self, st.opts.link, st.opts.call_timeout, "read " + name,
     [name, sources](lv::connection& c) { return lv::read_domain(c, name, sources); },
-    [self](domain_reading& r) {
+    [self, took](domain_reading& r) {
       auto before = self->state.status;
       self->state.busy = false;
       ++self->state.status.polls;
+      self->state.status.last_poll_ms = took();
       if (!self->state.erasing)
         apply_reading(self, r);
       publish(self, before);
     },
-    [self](const caf::error& err) {
+    [self, took](const caf::error& err) {
       auto before = self->state.status;
       self->state.busy = false;
       ++self->state.status.polls;
+      self->state.status.last_poll_ms = took();
       record_error(self, err, false);
       publish(self, before);
     });

@@ -170,6 +170,8 @@ using fleet_actor = caf::typed_actor<
   // Internal: the collection schedule (retried until a pass succeeded on
   // every host, then periodic).
   caf::reacts_to<atom::gc, atom::poll>,
+  // The Prometheus text exposition of the fleet's metrics (fleet_metrics.cpp).
+  caf::replies_to<atom::metrics>::with<std::string>,
   // Adds a subscriber for rotation changes.
   caf::reacts_to<atom::subscribe, rotation_events_actor>,
   // Adds a watcher of engine_events (dropped when it goes down).

@@ -174,6 +174,7 @@ struct proxy_status {
   uint64_t polls = 0;
   uint32_t grace_left = 0; // > 0: running on its last address while reads show none
   uint64_t replaced = 0;   // times its VM was replaced after a spec change
+  uint32_t last_poll_ms = 0; // the last reconcile read-back, request to answer
   // From the health actor (filled in by the fleet's status):
   bool in_rotation = false;
   uint64_t probes_ok = 0;
@@ -187,7 +188,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, proxy_status& x) {
   return f(caf::meta::type_name("proxy_status"), x.name, x.host, x.phase,
            x.address, x.uid, x.created_at, x.adopted, x.last_error,
-           x.last_error_kind, x.polls, x.grace_left, x.replaced, x.in_rotation,
+           x.last_error_kind, x.polls, x.grace_left, x.replaced, x.last_poll_ms,
+           x.in_rotation,
            x.probes_ok, x.probes_failed, x.probe_streak, x.last_probe, x.probe_ms);
 }
 

@@ -27,6 +27,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "actors/metrics_server.hpp"
 #include "messages/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/config_dump.hpp"
@@ -211,6 +212,22 @@ int main(int argc, char** argv) {
       egress::log::info("caf-run", "inspector listening: caf-shell " + in.address + ":"
                                      + std::to_string(*port));
     }
+    std::optional<caf::actor> metrics;
+    if (ec->metrics.enabled) {
+      auto& m = ec->metrics;
+      auto srv = egress::start_metrics_server(sys, eng->fleet(), m.address,
+                                              static_cast<uint16_t>(m.port));
+      if (!srv) {
+        std::cerr << "caf-run: cannot open the metrics endpoint on " << m.address << ":"
+                  << m.port << ": " << sys.render(srv.error())
+                  << " (another engine there? set engine.metrics.port, 0 for any)\n";
+        eng->stop();
+        return exit_start_failed;
+      }
+      metrics = srv->first;
+      egress::log::info("caf-run", "metrics listening: http://" + m.address + ":"
+                                     + std::to_string(srv->second) + "/metrics");
+    }
     std::string last;
     timespec tick{0, 500'000'000};
     for (;;) {
@@ -230,6 +247,8 @@ int main(int argc, char** argv) {
       }
     }
     watchdog.emplace(bound + std::chrono::seconds(2));
+    if (metrics)
+      caf::anon_send_exit(*metrics, caf::exit_reason::user_shutdown);
     if (auto err = eng->stop()) {
       egress::log::error("caf-run", "stop: " + egress::render(err));
       rc = exit_start_failed;

@@ -403,30 +403,43 @@ void check_probe(problems& out, const probe_config& p) {
   check_range(out, "engine.probe.fall", p.fall, probe_count_range);
 }
 
-void check_inspect(problems& out, const inspect_config& i) {
-  if (!i.enabled)
+// A listening address of caf-run's: numeric and loopback, because neither
+// the inspector (plain BASP) nor the metrics endpoint authenticates anyone.
+void check_listen(problems& out, const std::string& key, bool enabled,
+                  const std::string& address, uint32_t port, const std::string& why) {
+  if (!enabled)
     return;
-  check_range(out, "engine.inspect.port", i.port, range{0, 65'535});
+  check_range(out, key + ".port", port, range{0, 65'535});
   in6_addr a6{};
   in_addr a4{};
-  bool v4 = ::inet_pton(AF_INET, i.address.c_str(), &a4) == 1;
-  bool v6 = !v4 && ::inet_pton(AF_INET6, i.address.c_str(), &a6) == 1;
+  bool v4 = ::inet_pton(AF_INET, address.c_str(), &a4) == 1;
+  bool v6 = !v4 && ::inet_pton(AF_INET6, address.c_str(), &a6) == 1;
   if (!v4 && !v6) {
-    out.add("engine.inspect.address", "expected a numeric IP address, got " + lv::quote(i.address));
+    out.add(key + ".address", "expected a numeric IP address, got " + lv::quote(address));
     return;
   }
   bool loopback = v4 ? (ntohl(a4.s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(&a6);
   if (!loopback)
-    out.add("engine.inspect.address",
-            lv::quote(i.address) + " is not a loopback address: the inspector speaks plain "
-            "CAF (BASP), so binding elsewhere requires TLS and a shared secret, which this "
-            "engine does not configure; use 127.0.0.1 and an SSH tunnel, or inspect = "
-            "{ enabled = false }");
+    out.add(key + ".address", lv::quote(address) + " is not a loopback address: " + why);
+}
+
+void check_inspect(problems& out, const inspect_config& i) {
+  check_listen(out, "engine.inspect", i.enabled, i.address, i.port,
+               "the inspector speaks plain CAF (BASP), so binding elsewhere requires TLS and "
+               "a shared secret, which this engine does not configure; use 127.0.0.1 and an "
+               "SSH tunnel, or inspect = { enabled = false }");
+}
+
+void check_metrics(problems& out, const metrics_config& m) {
+  check_listen(out, "engine.metrics", m.enabled, m.address, m.port,
+               "the metrics endpoint has no authentication; use 127.0.0.1 (a local "
+               "Prometheus, or an SSH tunnel), or metrics = { enabled = false }");
 }
 
 void check_engine(problems& out, const engine_config& cfg) {
   check_probe(out, cfg.probe);
   check_inspect(out, cfg.inspect);
+  check_metrics(out, cfg.metrics);
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
   check_positive(out, "engine.shutdown-timeout", cfg.shutdown_timeout);
@@ -784,11 +797,22 @@ inspect_config read_inspect(problems& out, const dict& d) {
   return i;
 }
 
+metrics_config read_metrics(problems& out, const dict& d) {
+  metrics_config m;
+  dict_reader r{out, d, "engine.metrics", {"enabled", "address", "port"}};
+  r.read("enabled", m.enabled);
+  r.read("address", m.address);
+  r.read("port", m.port, range{0, 65'535});
+  r.finish();
+  return m;
+}
+
 void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "address-grace", "shutdown-timeout", "redial-min",
-                 "redial-max", "gc", "probe", "inspect", "hosts", "images", "proxies"}};
+                 "redial-max", "gc", "probe", "inspect", "metrics", "hosts", "images",
+                 "proxies"}};
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
   r.read("address-grace", cfg.address_grace, range{0, 1000});
@@ -800,6 +824,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
     cfg.probe = read_probe(out, *x);
   if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))
     cfg.inspect = read_inspect(out, *x);
+  if (auto x = r.get<dict>("metrics", false, "a dict like {address = \"127.0.0.1\", port = 9464}"))
+    cfg.metrics = read_metrics(out, *x);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));

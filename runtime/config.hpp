@@ -97,6 +97,16 @@ struct inspect_config {
   bool operator==(const inspect_config&) const = default;
 };
 
+/// Where caf-run serves Prometheus metrics (GET /metrics). Loopback only,
+/// like the inspector: the endpoint has no authentication.
+struct metrics_config {
+  bool enabled = true;
+  std::string address = "127.0.0.1";
+  uint32_t port = 9464; // 0: any free port (caf-run logs which)
+
+  bool operator==(const metrics_config&) const = default;
+};
+
 struct engine_config {
   std::string config_file;  // the file it came from ("" when built in code)
   std::string entry;        // provider entry: written into every mark
@@ -111,6 +121,7 @@ struct engine_config {
   bool gc = true;
   probe_config probe;
   inspect_config inspect;
+  metrics_config metrics;
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host

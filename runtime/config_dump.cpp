@@ -62,6 +62,9 @@ std::string dump_config(const engine_config& cfg) {
   out += std::string{"inspect = { enabled = "} + (cfg.inspect.enabled ? "true" : "false")
          + ", address = " + quoted(cfg.inspect.address)
          + ", port = " + std::to_string(cfg.inspect.port) + " }\n";
+  out += std::string{"metrics = { enabled = "} + (cfg.metrics.enabled ? "true" : "false")
+         + ", address = " + quoted(cfg.metrics.address)
+         + ", port = " + std::to_string(cfg.metrics.port) + " }\n";
   out += "hosts = [\n";
   for (auto& h : cfg.hosts) {
     out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)

@@ -324,6 +324,7 @@ engine_config appliance_config(const std::string& entry, const appliance& a,
                                + hosts.front()->name() + " have different VM subnets");
   c.probe.target = hosts.front()->target();
   c.inspect.port = 0; // any free port: several engines may run at once
+  c.metrics.port = 0;
   c.probe.interval = 2s;
   c.probe.timeout = 2s;
   c.probe.rise = 2;

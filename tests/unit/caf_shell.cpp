@@ -10,7 +10,15 @@
 #include <chrono>
 #include <fstream>
 #include <regex>
+#include <sstream>
+#include <set>
+#include <map>
 #include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +68,14 @@ struct daemon_run {
 
   std::string log() const { return testbed::read_file(dir / "caf-run.log"); }
 
+  /// The metrics endpoint's port, from the log (0 until it listens).
+  int metrics_port() const {
+    static const std::regex re("metrics listening: http://127.0.0.1:([0-9]+)/metrics");
+    std::smatch m;
+    auto text = log();
+    return std::regex_search(text, m, re) ? std::stoi(m[1]) : 0;
+  }
+
   bool wait_listening() {
     static const std::regex re("inspector listening: caf-shell ([0-9.]+:[0-9]+)");
     return test::eventually([&] {
@@ -78,6 +94,66 @@ struct daemon_run {
     return testbed::run(argv, 20s);
   }
 };
+
+/// A plain HTTP/1.1 request to 127.0.0.1:port: (status code, body).
+std::pair<int, std::string> http_get(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return {0, ""};
+  }
+  auto req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return {0, ""};
+  }
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  auto sp = out.find(' ');
+  auto body = out.find("\r\n\r\n");
+  if (sp == std::string::npos || body == std::string::npos)
+    return {0, out};
+  return {std::stoi(out.substr(sp + 1, 3)), out.substr(body + 4)};
+}
+
+/// Prometheus text format 0.0.4, parsed strictly enough to catch a broken
+/// exposition: every sample's family has HELP and TYPE first, names and
+/// labels are well formed, values are numbers. Returns "name{labels}" ->
+/// value.
+std::map<std::string, double> parse_exposition(const std::string& text) {
+  static const std::regex sample_re(
+    R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*"(,[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*")*)?\})? ([-+0-9.eEInfa]+)$)");
+  std::map<std::string, double> out;
+  std::set<std::string> helped, typed;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# HELP ", 0) == 0) {
+      helped.insert(line.substr(7, line.find(' ', 7) - 7));
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      typed.insert(line.substr(7, line.find(' ', 7) - 7));
+      continue;
+    }
+    std::smatch m;
+    BOOST_REQUIRE_MESSAGE(std::regex_match(line, m, sample_re), "not a sample: " + line);
+    auto name = m[1].str();
+    auto family = std::regex_replace(name, std::regex("_(bucket|sum|count)$"), "");
+    BOOST_CHECK_MESSAGE(helped.contains(name) || helped.contains(family), "no HELP: " + line);
+    BOOST_CHECK_MESSAGE(typed.contains(name) || typed.contains(family), "no TYPE: " + line);
+    out[name + m[2].str()] = std::stod(m[7].str());
+  }
+  return out;
+}
 
 } // namespace
 
@@ -348,4 +424,47 @@ BOOST_AUTO_TEST_CASE(reload_from_the_shell_applies_the_file_or_refuses_it_whole)
   auto applied = json::parse(r.output)["applied"].get<std::string>();
   BOOST_CHECK_MESSAGE(applied.find("+1") != std::string::npos, applied);
   BOOST_CHECK(test::eventually([&] { return proxies() == 4; }, 10s));
+}
+
+// The Prometheus endpoint of a caf-run in another process: scraped over
+// HTTP and parsed; the proxies, the rotation and the reconcile histogram
+// show the running demo, and a kill-link shows up as a death by its cause.
+BOOST_AUTO_TEST_CASE(metrics_endpoint_is_scraped_and_parsed) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  BOOST_REQUIRE(test::eventually([&] { return d.metrics_port() != 0; }, 10s));
+  auto port = d.metrics_port();
+  std::map<std::string, double> m;
+  BOOST_REQUIRE(test::eventually([&] {
+    auto [code, body] = http_get(port, "/metrics");
+    if (code != 200)
+      return false;
+    m = parse_exposition(body);
+    return m["egress_proxies{phase=\"running\"}"] == 3 && m["egress_rotation_size"] == 3
+           && m["egress_reconcile_duration_seconds_count"] >= 3;
+  }, 20s));
+  BOOST_CHECK_EQUAL(m["egress_link_state{host=\"local\",state=\"up\"}"], 1);
+  // Histogram buckets are cumulative and end at the count.
+  BOOST_CHECK_EQUAL(m["egress_reconcile_duration_seconds_bucket{le=\"+Inf\"}"],
+                    m["egress_reconcile_duration_seconds_count"]);
+  BOOST_CHECK_LE(m["egress_reconcile_duration_seconds_bucket{le=\"0.001\"}"],
+                 m["egress_reconcile_duration_seconds_bucket{le=\"10\"}"]);
+  BOOST_REQUIRE(d.shell({"-c", "kill-link local"}).ok());
+  BOOST_CHECK(test::eventually([&] {
+    auto [code, body] = http_get(port, "/metrics");
+    if (code != 200)
+      return false;
+    m = parse_exposition(body);
+    return m["egress_link_deaths_total{host=\"local\",cause=\"killed\"}"] == 1;
+  }, 10s));
+  BOOST_CHECK_EQUAL(http_get(port, "/").first, 404);
+}
+
+BOOST_AUTO_TEST_CASE(a_non_loopback_metrics_endpoint_is_refused) {
+  daemon_run d{"metrics = { address = \"0.0.0.0\", port = 0 }"};
+  BOOST_REQUIRE(test::eventually([&] { return !d.proc.alive(); }, 15s));
+  auto status = d.proc.wait_status();
+  BOOST_REQUIRE(status);
+  BOOST_CHECK(WIFEXITED(*status) && WEXITSTATUS(*status) == 2);
+  BOOST_CHECK_MESSAGE(d.log().find("engine.metrics.address") != std::string::npos, d.log());
 }

@@ -1,0 +1,183 @@
+#include "actors/fleet_metrics.hpp"
+
+#include <cstdio>
+
+#include "actors/fleet.hpp"
+
+namespace egress {
+
+void histogram::observe(double value) {
+  for (size_t i = 0; i < bounds.size(); ++i)
+    if (value <= bounds[i])
+      ++counts[i];
+  sum += value;
+  ++count;
+}
+
+std::string death_cause(const std::string& reason) {
+  // The prefixes host_link.cpp writes; anything else is a libvirt error.
+  static const std::pair<const char*, const char*> causes[] = {
+    {"budget overrun", "budget_overrun"},
+    {"killed", "killed"},
+    {"transport ended", "transport"},
+    {"connect timed out", "connect_timeout"},
+    {"connect failed", "connect_failed"},
+    {"libvirt open", "open_failed"},
+    {"shutdown", "shutdown"},
+  };
+  for (auto& [prefix, cause] : causes)
+    if (reason.rfind(prefix, 0) == 0)
+      return cause;
+  return "libvirt_error";
+}
+
+void fleet_metrics::observe(const link_status* before, const link_status& now) {
+  auto prev = before ? before->deaths : 0;
+  if (now.deaths > prev)
+    link_deaths[{now.host, death_cause(now.reason)}] += now.deaths - prev;
+}
+
+void fleet_metrics::observe(const proxy_status* before, const proxy_status& now) {
+  if (now.polls > (before ? before->polls : 0))
+    reconcile_seconds.observe(now.last_poll_ms / 1000.0);
+}
+
+void fleet_metrics::observe(const proxy_health* before, const proxy_health& now) {
+  // Health pushes once per probe; a pass carries its latency.
+  if (now.probes_ok > (before ? before->probes_ok : 0))
+    probe_seconds.observe(now.probe_ms / 1000.0);
+}
+
+namespace {
+
+// Label values escape backslash, double quote and newline (format 0.0.4).
+std::string label(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"')
+      out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+class exposition {
+public:
+  void family(const char* name, const char* type, const char* help) {
+    out_ += std::string{"# HELP "} + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void sample(const std::string& name, const std::string& labels, double v) {
+    out_ += name;
+    if (!labels.empty())
+      out_ += "{" + labels + "}";
+    out_ += " " + number(v) + "\n";
+  }
+  void histogram_of(const char* name, const histogram& h) {
+    for (size_t i = 0; i < h.bounds.size(); ++i)
+      sample(std::string{name} + "_bucket", "le=\"" + number(h.bounds[i]) + "\"",
+             static_cast<double>(h.counts[i]));
+    sample(std::string{name} + "_bucket", "le=\"+Inf\"", static_cast<double>(h.count));
+    sample(std::string{name} + "_sum", "", h.sum);
+    sample(std::string{name} + "_count", "", static_cast<double>(h.count));
+  }
+  std::string take() { return std::move(out_); }
+
+private:
+  std::string out_;
+};
+
+std::string kv(const char* key, const std::string& value) {
+  return std::string{key} + "=\"" + label(value) + "\"";
+}
+
+} // namespace
+
+std::string render_metrics(const fleet_state& st) {
+  exposition x;
+  auto& m = st.metrics;
+
+  x.family("egress_link_state", "gauge",
+           "1 for the state each host link is in (dialing, up, dead).");
+  for (auto& [host, s] : st.link_view)
+    for (auto state : {link_state::dialing, link_state::up, link_state::dead})
+      x.sample("egress_link_state", kv("host", host) + "," + kv("state", to_string(state)),
+               s.state == state ? 1 : 0);
+  x.family("egress_link_deaths_total", "counter",
+           "Times a host link was declared dead, by cause.");
+  for (auto& [key, n] : m.link_deaths)
+    x.sample("egress_link_deaths_total", kv("host", key.first) + "," + kv("cause", key.second),
+             static_cast<double>(n));
+  x.family("egress_link_calls_in_flight", "gauge",
+           "libvirt calls running for a waiting caller, per host.");
+  for (auto& [host, s] : st.link_view)
+    x.sample("egress_link_calls_in_flight", kv("host", host), s.in_flight);
+  x.family("egress_link_calls_queued", "gauge",
+           "Calls waiting for the host's concurrency limit.");
+  for (auto& [host, s] : st.link_view)
+    x.sample("egress_link_calls_queued", kv("host", host), s.queued);
+  x.family("egress_link_calls_abandoned_running", "gauge",
+           "Calls given up on (budget, link death) whose threads still run.");
+  for (auto& [host, s] : st.link_view)
+    x.sample("egress_link_calls_abandoned_running", kv("host", host), s.abandoned_calls);
+  x.family("egress_link_budget_overruns_total", "counter",
+           "Calls that ran past their budget (the link's current incarnation).");
+  for (auto& [host, s] : st.link_view)
+    x.sample("egress_link_budget_overruns_total", kv("host", host),
+             static_cast<double>(s.overruns));
+
+  x.family("egress_image_state", "gauge",
+           "1 for the state each cached image is in, per host.");
+  for (auto& [key, s] : st.image_view)
+    for (auto state : {image_state::absent, image_state::fetching, image_state::ready,
+                       image_state::failed})
+      x.sample("egress_image_state",
+               kv("image", s.image) + "," + kv("host", s.host) + ","
+                 + kv("state", to_string(state)),
+               s.state == state ? 1 : 0);
+  x.family("egress_image_transferred_bytes_total", "counter",
+           "Bytes downloaded from the mirror and uploaded into the host's pool "
+           "(one stream: each byte is both; a resumed prefix is not counted again).");
+  for (auto& [key, s] : st.image_view)
+    x.sample("egress_image_transferred_bytes_total",
+             kv("image", s.image) + "," + kv("host", s.host),
+             static_cast<double>(s.moved_total));
+
+  x.family("egress_proxies", "gauge", "Declared proxies by phase.");
+  std::map<std::string, uint64_t> phases;
+  for (auto p : {proxy_phase::pending, proxy_phase::creating, proxy_phase::provisioning,
+                 proxy_phase::running, proxy_phase::failed, proxy_phase::deleting,
+                 proxy_phase::deleted})
+    phases[to_string(p)] = 0;
+  for (auto& [name, s] : st.proxy_view)
+    if (st.proxies.contains(name))
+      ++phases[to_string(s.phase)];
+  for (auto& [phase, n] : phases)
+    x.sample("egress_proxies", kv("phase", phase), static_cast<double>(n));
+  x.family("egress_rotation_size", "gauge", "Proxies in the rotation (passing their probes).");
+  uint64_t in = 0;
+  for (auto& [name, h] : st.health_view)
+    in += h.in_rotation && st.proxies.contains(name) ? 1 : 0;
+  x.sample("egress_rotation_size", "", static_cast<double>(in));
+  x.family("egress_probe_duration_seconds", "histogram",
+           "Latency of passing probes (a request through the proxy).");
+  x.histogram_of("egress_probe_duration_seconds", m.probe_seconds);
+  x.family("egress_reconcile_duration_seconds", "histogram",
+           "A reconcile read-back of one proxy (its VM state and address through the host link), from the request to the answer.");
+  x.histogram_of("egress_reconcile_duration_seconds", m.reconcile_seconds);
+  x.family("egress_reloads_total", "counter", "Configurations applied after the first.");
+  x.sample("egress_reloads_total", "", static_cast<double>(st.reloads));
+  return x.take();
+}
+
+} // namespace egress
