@@ -369,4 +369,30 @@ BOOST_AUTO_TEST_CASE(harness_kills_a_child_past_its_timeout) {
   BOOST_CHECK_EQUAL(errno, ESRCH);
 }
 
+// dist/caf-run.service: systemd accepts it (pointed at this build's
+// caf-run), and it agrees with caf-run on what it relies on: exit 2 is a
+// configuration error (never restarted) and SIGHUP reloads.
+BOOST_AUTO_TEST_CASE(systemd_unit_verifies_and_matches_caf_run) {
+  auto unit = slurp(fs::path{EGRESS_SOURCE_DIR} / "dist/caf-run.service");
+  BOOST_CHECK(contains(unit, "RestartPreventExitStatus=2"));
+  BOOST_CHECK(contains(unit, "ExecReload=/bin/kill -HUP $MAINPID"));
+  if (::access("/usr/bin/systemd-analyze", X_OK) != 0) {
+    BOOST_TEST_MESSAGE("skipped: no systemd-analyze on this machine");
+    return;
+  }
+  auto dir = fs::temp_directory_path() / ("unit-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto copy = unit;
+  auto at = copy.find("/usr/local/bin/caf-run");
+  BOOST_REQUIRE(at != std::string::npos);
+  copy.replace(at, std::strlen("/usr/local/bin/caf-run"), EGRESS_CAF_RUN);
+  std::ofstream{dir / "caf-run.service"} << copy;
+  auto cmd = "cd " + dir.string() + " && /usr/bin/systemd-analyze verify ./caf-run.service > "
+             + (dir / "verify.log").string() + " 2>&1";
+  auto rc = std::system(cmd.c_str());
+  auto log = slurp(dir / "verify.log");
+  fs::remove_all(dir);
+  BOOST_CHECK_MESSAGE(rc == 0, "systemd-analyze verify failed:\n" << log);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

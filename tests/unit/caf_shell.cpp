@@ -460,7 +460,7 @@ BOOST_AUTO_TEST_CASE(metrics_endpoint_is_scraped_and_parsed) {
   BOOST_CHECK_EQUAL(http_get(port, "/").first, 404);
 }
 
-BOOST_AUTO_TEST_CASE(a_non_loopback_metrics_endpoint_is_refused) {
+BOOST_AUTO_TEST_CASE(spec_20_a_non_loopback_metrics_endpoint_is_refused) {
   daemon_run d{"metrics = { address = \"0.0.0.0\", port = 0 }"};
   BOOST_REQUIRE(test::eventually([&] { return !d.proc.alive(); }, 15s));
   auto status = d.proc.wait_status();

@@ -110,7 +110,7 @@ BOOST_AUTO_TEST_CASE(spec_03_budget_overrun_fails_caller_transient_and_kills_lin
 // `caf-shell ls calls`: a call the kill cannot free (a job blocked in
 // something other than the transport) stays listed as abandoned with its
 // thread still running, and the status counts it, until the thread ends.
-BOOST_AUTO_TEST_CASE(ls_calls_shows_an_abandoned_call_until_its_thread_ends) {
+BOOST_AUTO_TEST_CASE(spec_21_an_abandoned_call_stays_listed_until_its_thread_ends) {
   auto link = spawn_link(1s);
   auto release = std::make_shared<std::atomic<bool>>(false);
   call_job job;
