@@ -787,24 +787,17 @@ probe_config read_probe(problems& out, const dict& d) {
   return p;
 }
 
-inspect_config read_inspect(problems& out, const dict& d) {
-  inspect_config i;
-  dict_reader r{out, d, "engine.inspect", {"enabled", "address", "port"}};
-  r.read("enabled", i.enabled);
-  r.read("address", i.address);
-  r.read("port", i.port, range{0, 65'535});
+// engine.inspect and engine.metrics: the same three keys; the defaults
+// (ports 4040 and 9464) come from the struct.
+template <class Listen>
+Listen read_listen(problems& out, const dict& d, const std::string& key) {
+  Listen l;
+  dict_reader r{out, d, key, {"enabled", "address", "port"}};
+  r.read("enabled", l.enabled);
+  r.read("address", l.address);
+  r.read("port", l.port, range{0, 65'535});
   r.finish();
-  return i;
-}
-
-metrics_config read_metrics(problems& out, const dict& d) {
-  metrics_config m;
-  dict_reader r{out, d, "engine.metrics", {"enabled", "address", "port"}};
-  r.read("enabled", m.enabled);
-  r.read("address", m.address);
-  r.read("port", m.port, range{0, 65'535});
-  r.finish();
-  return m;
+  return l;
 }
 
 void read_engine(problems& out, const dict& d, const fs::path& base,
@@ -823,9 +816,9 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   if (auto x = r.get<dict>("probe", false, "a dict like {mode = \"tcp\"}"))
     cfg.probe = read_probe(out, *x);
   if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))
-    cfg.inspect = read_inspect(out, *x);
+    cfg.inspect = read_listen<inspect_config>(out, *x, "engine.inspect");
   if (auto x = r.get<dict>("metrics", false, "a dict like {address = \"127.0.0.1\", port = 9464}"))
-    cfg.metrics = read_metrics(out, *x);
+    cfg.metrics = read_listen<metrics_config>(out, *x, "engine.metrics");
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));
