@@ -28,22 +28,22 @@ void call_ledger::started(const caf::actor_addr& addr, uint64_t id, std::string 
   calls_.emplace(addr, std::move(r));
 }
 
-void call_ledger::abandon(const caf::actor_addr& addr, const std::string& reason) {
-  auto i = calls_.find(addr);
-  if (i == calls_.end() || i->second.ended || i->second.abandoned)
+void call_ledger::mark_abandoned(record& r, const std::string& reason) {
+  if (r.ended || r.abandoned)
     return;
-  i->second.abandoned = true;
-  i->second.abandon_reason = reason;
-  i->second.abandoned_at = clock::now();
+  r.abandoned = true;
+  r.abandon_reason = reason;
+  r.abandoned_at = clock::now();
+}
+
+void call_ledger::abandon(const caf::actor_addr& addr, const std::string& reason) {
+  if (auto i = calls_.find(addr); i != calls_.end())
+    mark_abandoned(i->second, reason);
 }
 
 void call_ledger::abandon_all(const std::string& reason) {
   for (auto& [addr, r] : calls_)
-    if (!r.ended && !r.abandoned) {
-      r.abandoned = true;
-      r.abandon_reason = reason;
-      r.abandoned_at = clock::now();
-    }
+    mark_abandoned(r, reason);
 }
 
 bool call_ledger::ended(const caf::down_msg& msg) {
@@ -58,11 +58,6 @@ bool call_ledger::ended(const caf::down_msg& msg) {
   i->second.ended_at = clock::now();
   prune();
   return true;
-}
-
-size_t call_ledger::running() const {
-  return std::count_if(calls_.begin(), calls_.end(),
-                       [](auto& kv) { return !kv.second.ended; });
 }
 
 size_t call_ledger::abandoned_running() const {

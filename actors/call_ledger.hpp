@@ -47,8 +47,6 @@ public:
   /// At most this many ended records are kept (the newest).
   static constexpr size_t max_ended = 32;
 
-  explicit call_ledger(std::string owner = {}) : owner_(std::move(owner)) {}
-
   void set_owner(std::string owner) { owner_ = std::move(owner); }
 
   /// Spawns a tracked call for `self` (which must handle down messages by
@@ -67,19 +65,20 @@ public:
   /// The owner stopped waiting for this call (budget, kill, death).
   void abandon(const caf::actor_addr& addr, const std::string& reason);
 
-  /// Abandons every call still running (a link's death).
+  /// Abandons every call still running (a link's death, an image's
+  /// abandoned fill: its only call).
   void abandon_all(const std::string& reason);
 
   /// Handles the down message of a tracked call; false if it was not one.
   bool ended(const caf::down_msg& msg);
 
-  size_t running() const;
   size_t abandoned_running() const;
 
   /// One actor_entry (kind "call") per listed call, ages as of now.
   std::vector<actor_entry> entries() const;
 
 private:
+  static void mark_abandoned(record& r, const std::string& reason);
   void prune();
 
   std::string owner_;

@@ -118,23 +118,31 @@ std::string render_metrics(const fleet_state& st) {
   for (auto& [key, n] : m.link_deaths)
     x.sample("egress_link_deaths_total", kv("host", key.first) + "," + kv("cause", key.second),
              static_cast<double>(n));
-  x.family("egress_link_calls_in_flight", "gauge",
-           "libvirt calls running for a waiting caller, per host.");
-  for (auto& [host, s] : st.link_view)
-    x.sample("egress_link_calls_in_flight", kv("host", host), s.in_flight);
-  x.family("egress_link_calls_queued", "gauge",
-           "Calls waiting for the host's concurrency limit.");
-  for (auto& [host, s] : st.link_view)
-    x.sample("egress_link_calls_queued", kv("host", host), s.queued);
-  x.family("egress_link_calls_abandoned_running", "gauge",
-           "Calls given up on (budget, link death) whose threads still run.");
-  for (auto& [host, s] : st.link_view)
-    x.sample("egress_link_calls_abandoned_running", kv("host", host), s.abandoned_calls);
-  x.family("egress_link_budget_overruns_total", "counter",
-           "Calls that ran past their budget (the link's current incarnation).");
-  for (auto& [host, s] : st.link_view)
-    x.sample("egress_link_budget_overruns_total", kv("host", host),
-             static_cast<double>(s.overruns));
+  // One sample per host from its link's status.
+  struct per_link {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const link_status&);
+  };
+  static const per_link link_families[] = {
+    {"egress_link_calls_in_flight", "gauge",
+     "libvirt calls running for a waiting caller, per host.",
+     [](const link_status& s) { return double(s.in_flight); }},
+    {"egress_link_calls_queued", "gauge", "Calls waiting for the host's concurrency limit.",
+     [](const link_status& s) { return double(s.queued); }},
+    {"egress_link_calls_abandoned_running", "gauge",
+     "Calls given up on (budget, link death) whose threads still run.",
+     [](const link_status& s) { return double(s.abandoned_calls); }},
+    {"egress_link_budget_overruns_total", "counter",
+     "Calls that ran past their budget (the link's current incarnation).",
+     [](const link_status& s) { return double(s.overruns); }},
+  };
+  for (auto& f : link_families) {
+    x.family(f.name, f.type, f.help);
+    for (auto& [host, s] : st.link_view)
+      x.sample(f.name, kv("host", host), f.value(s));
+  }
 
   x.family("egress_image_state", "gauge",
            "1 for the state each cached image is in, per host.");

@@ -318,8 +318,13 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
   self->state.name = "host_link/" + self->state.opts.host;
   self->state.calls.set_owner("link " + self->state.opts.host);
   self->set_down_handler([self](const caf::down_msg& msg) {
-    if (self->state.calls.ended(msg)) {
-      publish(self); // the abandoned-call count may have changed
+    auto& calls = self->state.calls;
+    auto abandoned = calls.abandoned_running();
+    if (calls.ended(msg)) {
+      // Most calls end by answering: only an abandoned one changes the
+      // status (its count), and a push per call would double the pushes.
+      if (calls.abandoned_running() != abandoned)
+        publish(self);
       return;
     }
     auto& subs = self->state.subscribers;

@@ -111,7 +111,7 @@ void abandon(image_pointer self, ec code, const std::string& why) {
   if (!st.running || st.abandoned)
     return;
   st.abandoned = true;
-  st.calls.abandon(st.fill_call, why);
+  st.calls.abandon_all(why); // the fill is its only call
   // Lock-free: whatever the fill is blocked in (libvirt, libcurl) returns.
   st.live->now();
   auto err = make_error(code, st.name + ": " + why);
@@ -206,7 +206,6 @@ void start_fill(image_pointer self) {
                                         return std::move(r.error());
                                       return std::any{std::move(*r)};
                                     }});
-  st.fill_call = h.address();
   // No timeout here: the budget is enforced by the tick (abandon), and the
   // answer is awaited even after that, because a new fill must not start
   // before this one has ended.

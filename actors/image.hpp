@@ -77,7 +77,6 @@ struct image_actor_state {
   uint64_t moved_before = 0; // bytes moved by the fills that ended
   // The fill's detached call, for `caf-shell ls calls`.
   call_ledger calls;
-  caf::actor_addr fill_call;
   uint64_t tick_bytes = 0;
   std::chrono::steady_clock::time_point tick_at;
   std::chrono::steady_clock::time_point logged_at;

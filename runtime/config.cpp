@@ -405,41 +405,33 @@ void check_probe(problems& out, const probe_config& p) {
 
 // A listening address of caf-run's: numeric and loopback, because neither
 // the inspector (plain BASP) nor the metrics endpoint authenticates anyone.
-void check_listen(problems& out, const std::string& key, bool enabled,
-                  const std::string& address, uint32_t port, const std::string& why) {
-  if (!enabled)
+void check_listen(problems& out, const std::string& key, const listen_config& l,
+                  const std::string& why) {
+  if (!l.enabled)
     return;
-  check_range(out, key + ".port", port, range{0, 65'535});
+  check_range(out, key + ".port", l.port, range{0, 65'535});
   in6_addr a6{};
   in_addr a4{};
-  bool v4 = ::inet_pton(AF_INET, address.c_str(), &a4) == 1;
-  bool v6 = !v4 && ::inet_pton(AF_INET6, address.c_str(), &a6) == 1;
+  bool v4 = ::inet_pton(AF_INET, l.address.c_str(), &a4) == 1;
+  bool v6 = !v4 && ::inet_pton(AF_INET6, l.address.c_str(), &a6) == 1;
   if (!v4 && !v6) {
-    out.add(key + ".address", "expected a numeric IP address, got " + lv::quote(address));
+    out.add(key + ".address", "expected a numeric IP address, got " + lv::quote(l.address));
     return;
   }
   bool loopback = v4 ? (ntohl(a4.s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(&a6);
   if (!loopback)
-    out.add(key + ".address", lv::quote(address) + " is not a loopback address: " + why);
-}
-
-void check_inspect(problems& out, const inspect_config& i) {
-  check_listen(out, "engine.inspect", i.enabled, i.address, i.port,
-               "the inspector speaks plain CAF (BASP), so binding elsewhere requires TLS and "
-               "a shared secret, which this engine does not configure; use 127.0.0.1 and an "
-               "SSH tunnel, or inspect = { enabled = false }");
-}
-
-void check_metrics(problems& out, const metrics_config& m) {
-  check_listen(out, "engine.metrics", m.enabled, m.address, m.port,
-               "the metrics endpoint has no authentication; use 127.0.0.1 (a local "
-               "Prometheus, or an SSH tunnel), or metrics = { enabled = false }");
+    out.add(key + ".address", lv::quote(l.address) + " is not a loopback address: " + why);
 }
 
 void check_engine(problems& out, const engine_config& cfg) {
   check_probe(out, cfg.probe);
-  check_inspect(out, cfg.inspect);
-  check_metrics(out, cfg.metrics);
+  check_listen(out, "engine.inspect", cfg.inspect,
+               "the inspector speaks plain CAF (BASP), so binding elsewhere requires TLS and "
+               "a shared secret, which this engine does not configure; use 127.0.0.1 and an "
+               "SSH tunnel, or inspect = { enabled = false }");
+  check_listen(out, "engine.metrics", cfg.metrics,
+               "the metrics endpoint has no authentication; use 127.0.0.1 (a local "
+               "Prometheus, or an SSH tunnel), or metrics = { enabled = false }");
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
   check_positive(out, "engine.shutdown-timeout", cfg.shutdown_timeout);
@@ -787,11 +779,10 @@ probe_config read_probe(problems& out, const dict& d) {
   return p;
 }
 
-// engine.inspect and engine.metrics: the same three keys; the defaults
-// (ports 4040 and 9464) come from the struct.
-template <class Listen>
-Listen read_listen(problems& out, const dict& d, const std::string& key) {
-  Listen l;
+// engine.inspect and engine.metrics: the same three keys over the
+// defaults in engine_config (ports 4040 and 9464).
+listen_config read_listen(problems& out, const dict& d, const std::string& key,
+                          listen_config l) {
   dict_reader r{out, d, key, {"enabled", "address", "port"}};
   r.read("enabled", l.enabled);
   r.read("address", l.address);
@@ -816,9 +807,9 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   if (auto x = r.get<dict>("probe", false, "a dict like {mode = \"tcp\"}"))
     cfg.probe = read_probe(out, *x);
   if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))
-    cfg.inspect = read_listen<inspect_config>(out, *x, "engine.inspect");
+    cfg.inspect = read_listen(out, *x, "engine.inspect", cfg.inspect);
   if (auto x = r.get<dict>("metrics", false, "a dict like {address = \"127.0.0.1\", port = 9464}"))
-    cfg.metrics = read_listen<metrics_config>(out, *x, "engine.metrics");
+    cfg.metrics = read_listen(out, *x, "engine.metrics", cfg.metrics);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));

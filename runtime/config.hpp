@@ -84,27 +84,18 @@ struct probe_config {
   bool operator==(const probe_config&) const = default;
 };
 
-/// Where caf-run opens CAF's middleman for caf-shell (the embedding API
-/// ignores it: an application publishes engine::inspector() itself).
-struct inspect_config {
-  bool enabled = true;
-  /// Numeric and loopback only: the middleman speaks plain BASP, and
-  /// anything else would need TLS and a shared secret, which this engine
-  /// does not configure yet, so it refuses to start instead.
-  std::string address = "127.0.0.1";
-  uint32_t port = 4040; // 0: any free port (caf-run logs which)
-
-  bool operator==(const inspect_config&) const = default;
-};
-
-/// Where caf-run serves Prometheus metrics (GET /metrics). Loopback only,
-/// like the inspector: the endpoint has no authentication.
-struct metrics_config {
+/// A socket caf-run listens on: engine.inspect (CAF's middleman for
+/// caf-shell; the embedding API ignores it, an application publishes
+/// engine::inspector() itself) and engine.metrics (Prometheus, GET /metrics).
+/// Numeric and loopback only: neither BASP nor the metrics endpoint
+/// authenticates anyone, and TLS with a shared secret is not configured yet,
+/// so any other address is refused before anything starts.
+struct listen_config {
   bool enabled = true;
   std::string address = "127.0.0.1";
-  uint32_t port = 9464; // 0: any free port (caf-run logs which)
+  uint32_t port = 0; // 0: any free port (caf-run logs which)
 
-  bool operator==(const metrics_config&) const = default;
+  bool operator==(const listen_config&) const = default;
 };
 
 struct engine_config {
@@ -120,8 +111,8 @@ struct engine_config {
   /// and other entries' are never touched, whatever this says.
   bool gc = true;
   probe_config probe;
-  inspect_config inspect;
-  metrics_config metrics;
+  listen_config inspect{true, "127.0.0.1", 4040};
+  listen_config metrics{true, "127.0.0.1", 9464};
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host
