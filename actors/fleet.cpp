@@ -108,9 +108,11 @@ void note_change(fleet_pointer self, const View& view, const std::string& key,
   st.metrics.observe(before, now);
   if (st.watchers.empty())
     return;
-  for (auto& ev : events_between(before, now))
+  for (auto& ev : events_between(before, now)) {
+    ev.node = st.cfg.node;
     for (auto& w : st.watchers)
       self->send(w, ev);
+  }
 }
 
 void spawn_link(fleet_pointer self, const host_config& h) {
@@ -370,12 +372,20 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   auto& st = self->state;
   if (auto err = validate(next))
     return err;
+  next.node = node_name(next);
   if (next.entry != st.cfg.entry)
     return make_error(ec::config_invalid,
                       (next.config_file.empty() ? std::string{} : next.config_file + ": ")
                         + "engine.entry: cannot change from \"" + st.cfg.entry + "\" to \""
                         + next.entry + "\" while running (the entry owns every VM's mark); "
                         "restart the engine instead");
+  // Who this node is and whom it connects to are settled at start (the
+  // node actor dials its peers once and keeps redialing them).
+  if (next.node != st.cfg.node || next.peers != st.cfg.peers)
+    return make_error(ec::config_invalid,
+                      (next.config_file.empty() ? std::string{} : next.config_file + ": ")
+                        + (next.node != st.cfg.node ? "engine.node" : "engine.peers")
+                        + ": cannot change while running; restart the engine instead");
   auto d = diff(st.cfg, next);
   // Retire first, then build: a changed host's proxies need its new link.
   for (auto& name : d.proxies_removed)
@@ -454,6 +464,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     [self](atom::status) {
       auto& st = self->state;
       fleet_status out;
+      out.node = st.cfg.node;
       out.entry = st.cfg.entry;
       for (auto& [_, s] : st.link_view)
         out.links.push_back(s);
@@ -480,19 +491,19 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
       auto i = self->state.links.find(host);
       if (i == self->state.links.end())
-        return make_error(ec::invalid_argument, "no host named \"" + host + "\"");
+        return make_error(ec::unknown_name, "no host named \"" + host + "\"");
       return i->second;
     },
     [self](atom::kill, const std::string& host) -> caf::result<link_status> {
       auto i = self->state.links.find(host);
       if (i == self->state.links.end())
-        return make_error(ec::invalid_argument, "no host named \"" + host + "\"");
+        return make_error(ec::unknown_name, "no host named \"" + host + "\"");
       return self->delegate(i->second, atom::kill_v, std::string{"by operator"});
     },
     [self](atom::erase, const std::string& name) -> caf::result<proxy_status> {
       auto i = self->state.proxies.find(name);
       if (i == self->state.proxies.end())
-        return make_error(ec::invalid_argument, "no proxy named \"" + name + "\"");
+        return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
       auto proxy = i->second;
       // The proxy quits once its VM is gone; forget it now so that status
       // and shutdown no longer wait for it.
@@ -531,14 +542,14 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     },
     [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
       if (!self->state.proxies.contains(name))
-        return make_error(ec::invalid_argument, "no proxy named \"" + name + "\"");
+        return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
       return self->delegate(self->state.health, atom::drain_v, std::move(name), drained);
     },
     [self](atom::run, std::string& name) -> caf::result<proxy_status> {
       auto& st = self->state;
       auto i = st.proxies.find(name);
       if (i == st.proxies.end())
-        return make_error(ec::invalid_argument, "no proxy named \"" + name + "\"");
+        return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
       self->send(i->second, atom::run_v);
       auto v = st.proxy_view.find(name);
       if (v != st.proxy_view.end())
@@ -548,8 +559,11 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       return s;
     },
     [self](atom::subscribe, engine_events_actor& w) {
+      auto& ws = self->state.watchers;
+      if (std::find(ws.begin(), ws.end(), w) != ws.end())
+        return; // subscribed again after a reconnect: one copy of each event
       self->monitor(w);
-      self->state.watchers.push_back(std::move(w));
+      ws.push_back(std::move(w));
     },
     [self](atom::subscribe, rotation_events_actor& s) {
       self->state.subscribers.push_back(s);

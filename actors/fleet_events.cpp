@@ -12,7 +12,8 @@ namespace egress {
 namespace {
 
 engine_event event(std::string kind, std::string name, std::string what) {
-  return {now_rfc3339(), std::move(kind), std::move(name), std::move(what)};
+  // The node is the fleet's to add (note_change).
+  return {now_rfc3339(), std::move(kind), std::move(name), std::move(what), {}};
 }
 
 std::string mib(uint64_t bytes) {
@@ -75,8 +76,10 @@ std::vector<engine_event> events_between(const proxy_health* before, const proxy
   bool was = before && before->in_rotation;
   if (was == now.in_rotation)
     return {};
-  return {event("rotation", now.name,
-                std::string{now.in_rotation ? "joined" : "left"} + " (" + now.last_probe + ")")};
+  std::string what = now.in_rotation ? "joined" : "left";
+  if (!now.last_probe.empty())
+    what += " (" + now.last_probe + ")";
+  return {event("rotation", now.name, what)};
 }
 
 } // namespace egress

@@ -238,7 +238,7 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
       auto& st = self->state;
       auto i = st.targets.find(name);
       if (i == st.targets.end())
-        return make_error(ec::invalid_argument, "no proxy named \"" + name + "\" is watched");
+        return make_error(ec::unknown_name, "no proxy named \"" + name + "\" is watched");
       auto& t = i->second;
       if (t.view.drained == drained)
         return t.view;

@@ -13,7 +13,7 @@
 //     the inspector's `ls proxy` in process (directory + one sys/get/"info"
 //     liveness probe per proxy), no middleman: where the time goes
 //   - (a) in-process client: a second actor_system in this process connects
-//     with remote_actor<inspector_actor> and asks `ls proxy` (median and max
+//     with remote_actor<node_actor> and asks `ls proxy` (median and max
 //     of 20), plus the answer's serialized size and its slowest probe
 //   - (b) caf-shell: `caf-shell 127.0.0.1:PORT -c "ls proxies" --json`, the
 //     binary next to this one, output to /dev/null (median and max wall time
@@ -218,7 +218,8 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
     }
   }
 
-  auto port = sys.middleman().publish(eng->inspector(), 0, "127.0.0.1", true);
+  // What caf-run publishes: the node actor, which asks the inspector.
+  auto port = sys.middleman().publish(eng->node(), 0, "127.0.0.1", true);
   if (!port) {
     std::fprintf(stderr, "publish: %s\n", sys.render(port.error()).c_str());
     out.ok = false;
@@ -228,7 +229,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
 
   // (a) A second actor system in this process, over the middleman.
   {
-    auto insp = client.middleman().remote_actor<egress::inspector_actor>("127.0.0.1", *port);
+    auto insp = client.middleman().remote_actor<egress::node_actor>("127.0.0.1", *port);
     if (!insp) {
       std::fprintf(stderr, "remote_actor: %s\n", client.render(insp.error()).c_str());
       out.ok = false;
@@ -283,7 +284,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
     }
   }
 
-  sys.middleman().unpublish(eng->inspector(), *port);
+  sys.middleman().unpublish(eng->node(), *port);
   if (auto err = eng->stop(seconds(60)))
     std::fprintf(stderr, "stop: %s\n", egress::render(err).c_str());
   return out;

@@ -185,8 +185,9 @@ using fleet_actor = caf::typed_actor<
   caf::reacts_to<image_status>,
   caf::reacts_to<proxy_health>>;
 
-/// The engine's inspection point, published on the middleman for caf-shell
-/// (127.0.0.1 by default). Everything it answers is serializable.
+/// This node's inspection point: this process's actors only. The node actor
+/// below fronts it (and its peers') for caf-shell. Everything it answers is
+/// serializable.
 using inspector_actor = caf::typed_actor<
   // The fleet's actors of one kind (link, image, proxy, health; "" for all),
   // each with its state and a liveness probe: CAF's built-in
@@ -207,5 +208,32 @@ using inspector_actor = caf::typed_actor<
   // difference; answers with the summary, or refuses with the reasons and
   // changes nothing.
   caf::replies_to<atom::reload>::with<std::string>>;
+
+/// This process as one node among several (engine.node, engine.peers): what
+/// caf-run publishes on the middleman (127.0.0.1 by default) for caf-shell
+/// and for the other nodes. It answers for every node it is connected to,
+/// through each node's own inspector, and reports the nodes it cannot reach.
+using node_actor = caf::typed_actor<
+  // Every node's actors of one kind ("" for all, "node" for the nodes
+  // themselves: up, dialing, or down since when and why), each with the
+  // node it runs on. A node that does not answer in time is listed as such.
+  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
+  // This node's fleet.
+  caf::replies_to<atom::status>::with<fleet_status>,
+  // watch: every node's events, plus nodes going up and down.
+  caf::reacts_to<atom::subscribe, engine_events_actor>,
+  // kill-link, reconcile, drain: sent to whichever node owns the name (this
+  // node first, then its peers in order).
+  caf::replies_to<atom::kill, std::string>::with<link_status>,
+  caf::replies_to<atom::run, std::string>::with<proxy_status>,
+  caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
+  // reload: this node's own file.
+  caf::replies_to<atom::reload>::with<std::string>,
+  // A peer's handshake: this node's name and its inspector.
+  caf::replies_to<atom::hello>::with<std::string, inspector_actor>,
+  // Internal: events of this node's fleet and of the peers', for watchers.
+  caf::reacts_to<engine_event>,
+  // Internal: dial the peer at this address again.
+  caf::reacts_to<atom::poll, std::string>>;
 
 } // namespace egress

@@ -46,6 +46,7 @@ const char* to_string(ec code) {
     case ec::no_network: return "no_network";
     case ec::libvirt_not_found: return "libvirt_not_found";
     case ec::source_not_found: return "source_not_found";
+    case ec::unknown_name: return "unknown_name";
     case ec::invalid_argument: return "invalid_argument";
     case ec::xml_error: return "xml_error";
     case ec::access_denied: return "access_denied";

@@ -38,6 +38,8 @@ enum class ec : uint8_t {
   no_network = 67,
   libvirt_not_found = 68,
   source_not_found = 69,  // an image source has no such object (HTTP 404/410, missing file)
+  unknown_name = 70,      // no host or proxy of that name in this engine (an operator's
+                          // command: another node may own it)
   // -- permanent --------------------------------------------------------------
   invalid_argument = 128,
   xml_error = 129,

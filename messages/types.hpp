@@ -296,6 +296,7 @@ typename Inspector::result_type inspect(Inspector& f, image_ready& x) {
 }
 
 struct fleet_status {
+  std::string node;  // engine.node: this process among several (caf-shell ls nodes)
   std::string entry;
   std::vector<link_status> links;
   std::vector<proxy_status> proxies;
@@ -307,7 +308,7 @@ struct fleet_status {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
-  return f(caf::meta::type_name("fleet_status"), x.entry, x.links, x.proxies, x.images,
+  return f(caf::meta::type_name("fleet_status"), x.node, x.entry, x.links, x.proxies, x.images,
            x.rotation, x.reloads, x.last_reload);
 }
 
@@ -317,30 +318,32 @@ typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
 /// pushes it keeps anyway.
 struct engine_event {
   std::string at;    // RFC 3339, when the fleet saw it
-  std::string kind;  // link, image, proxy, rotation
-  std::string name;  // host, image@host, proxy
+  std::string kind;  // link, image, proxy, rotation, node
+  std::string name;  // host, image@host, proxy, node
   std::string what;  // "down: killed: by operator", "45% of 66 MB, 12 MB/s, ETA 3 s", ...
+  std::string node;  // the node whose fleet saw it (engine.node)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_event& x) {
-  return f(caf::meta::type_name("engine_event"), x.at, x.kind, x.name, x.what);
+  return f(caf::meta::type_name("engine_event"), x.at, x.kind, x.name, x.what, x.node);
 }
 
 /// One actor as the inspector shows it (caf-shell's ls and show).
 struct actor_entry {
-  std::string kind;       // link, image, proxy, health
+  std::string kind;       // link, image, proxy, health, call, node
   std::string name;       // host, image@host, proxy name, "fleet"
   std::string state;      // from its status: up/dead, ready, running, ...
   std::string started_at; // RFC 3339, when the fleet spawned it
   std::string liveness;   // "ok 0.4 ms", "no reply within 300 ms", "ended"
   std::vector<std::string> details; // "key: value" lines for `show`
+  std::string node;       // the node it runs on (filled by the node actor)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, actor_entry& x) {
   return f(caf::meta::type_name("actor_entry"), x.kind, x.name, x.state, x.started_at,
-           x.liveness, x.details);
+           x.liveness, x.details, x.node);
 }
 
 /// Broadcast by a host link when it dies, before its transport is killed.

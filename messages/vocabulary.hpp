@@ -46,5 +46,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, ls, "ls")
   CAF_ADD_ATOM(egress, egress::atom, drain, "drain")
   CAF_ADD_ATOM(egress, egress::atom, metrics, "metrics")
+  CAF_ADD_ATOM(egress, egress::atom, hello, "hello")
 
 CAF_END_TYPE_ID_BLOCK(egress)

@@ -200,7 +200,9 @@ int main(int argc, char** argv) {
     }
     if (ec->inspect.enabled) {
       auto& in = ec->inspect;
-      auto port = sys.middleman().publish(eng->inspector(), static_cast<uint16_t>(in.port),
+      // The node, not the bare inspector: caf-shell attached here sees this
+      // node and every peer it reaches.
+      auto port = sys.middleman().publish(eng->node(), static_cast<uint16_t>(in.port),
                                           in.address.c_str(), true);
       if (!port) {
         std::cerr << "caf-run: cannot open the inspector on " << in.address << ":" << in.port

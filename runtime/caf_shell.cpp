@@ -4,7 +4,8 @@
 //
 // Without -c it is a line REPL (libedit: history, completion of commands,
 // kinds and the names it has seen). Commands:
-//   ls [links|images|proxies|health|calls]   actors with state, start time, liveness
+//   ls [links|images|proxies|health|calls|nodes]  actors with state, start time, liveness
+//                                      (every node's: see engine.peers)
 //   show <kind> <name>                 one actor with every detail
 //   status                             the fleet's status (use --json for all of it)
 //   watch [filter]                     live events until Ctrl-C
@@ -62,15 +63,18 @@ const char* usage_text =
   "listening: caf-shell HOST:PORT\"; default 127.0.0.1:4040).\n"
   "\n"
   "Commands:\n"
-  "  ls [links|images|proxies|health|calls]  actors with state, start time, liveness\n"
+  "  ls [links|images|proxies|health|calls|nodes]\n"
+  "                                    actors with state, start time, liveness, on\n"
+  "                                    every node this one reaches (engine.peers)\n"
   "  show <kind> <name>                one actor with every detail\n"
-  "  status                            the fleet's status\n"
+  "  status                            this node's fleet (--json: all of it)\n"
   "  watch [filter]                    live events (links, images, proxies, rotation)\n"
   "                                    whose line contains filter; Ctrl-C ends it\n"
   "  kill-link <host>                  declare a host's link dead now (it redials)\n"
   "  reconcile <proxy>                 read the proxy's VM back now and act on it\n"
   "  drain <proxy>, undrain <proxy>    keep a proxy out of the rotation / let it back\n"
-  "  reload                            the engine re-reads its config file and applies\n"
+  "                                    (these three go to the node that owns the name)\n"
+  "  reload                            this node re-reads its config file and applies\n"
   "                                    only the change (a bad file changes nothing)\n"
   "  help, quit\n"
   "\n"
@@ -89,7 +93,7 @@ std::vector<std::string> words(const std::string& line) {
 
 /// "proxies" and "proxy" both name the kind "proxy".
 std::optional<std::string> kind_of(const std::string& w) {
-  for (auto k : {"link", "image", "proxy", "health", "call"})
+  for (auto k : {"link", "image", "proxy", "health", "call", "node"})
     if (w == k || w == std::string{k} + "s" || (std::string{k} == "proxy" && w == "proxies"))
       return std::string{k};
   if (w == "all")
@@ -102,7 +106,7 @@ json to_json(const actor_entry& e) {
   for (auto& d : e.details)
     if (auto at = d.find(": "); at != std::string::npos)
       details[d.substr(0, at)] = d.substr(at + 2);
-  return {{"kind", e.kind}, {"name", e.name}, {"state", e.state},
+  return {{"node", e.node}, {"kind", e.kind}, {"name", e.name}, {"state", e.state},
           {"started_at", e.started_at}, {"liveness", e.liveness}, {"details", details}};
 }
 
@@ -114,7 +118,8 @@ json to_json(const link_status& l) {
 }
 
 json to_json(const fleet_status& st) {
-  json out = {{"entry", st.entry}, {"rotation", st.rotation}, {"reloads", st.reloads},
+  json out = {{"node", st.node}, {"entry", st.entry}, {"rotation", st.rotation},
+              {"reloads", st.reloads},
               {"last_reload", st.last_reload}};
   out["links"] = json::array();
   for (auto& l : st.links)
@@ -155,7 +160,7 @@ public:
     // the timeout the shell gives up, and exits at once, since the stuck
     // connect would also hold the actor system's destructor.
     auto pending = std::async(std::launch::async, [this] {
-      return sys_.middleman().remote_actor<inspector_actor>(host_, port_);
+      return sys_.middleman().remote_actor<node_actor>(host_, port_);
     });
     if (pending.wait_for(timeout_) != std::future_status::ready) {
       std::cerr << "caf-shell: no answer from " << where() << " within "
@@ -190,7 +195,7 @@ public:
     if (w[0] == "ls") {
       auto kind = kind_of(w.size() > 1 ? w[1] : "all");
       if (!kind || w.size() > 2)
-        return fail("usage: ls [links|images|proxies|health|calls]");
+        return fail("usage: ls [links|images|proxies|health|calls|nodes]");
       auto xs = ask_ls(*kind);
       if (!xs)
         return false;
@@ -199,7 +204,7 @@ public:
     }
     if (w[0] == "show") {
       if (w.size() != 3 || !kind_of(w[1]) || kind_of(w[1])->empty())
-        return fail("usage: show <link|image|proxy|health|call> <name>");
+        return fail("usage: show <link|image|proxy|health|call|node> <name>");
       auto kind = *kind_of(w[1]);
       auto xs = ask_ls(kind);
       if (!xs)
@@ -220,7 +225,8 @@ public:
       if (json_) {
         std::cout << to_json(*out).dump(2) << "\n";
       } else {
-        std::cout << "entry " << out->entry << ": " << out->links.size() << " link(s), "
+        std::cout << "node " << out->node << ", entry " << out->entry << ": "
+                  << out->links.size() << " link(s), "
                   << out->images.size() << " image(s), " << out->proxies.size()
                   << " proxy(ies), rotation " << out->rotation.size() << "\n";
       }
@@ -315,11 +321,12 @@ private:
     bool as_json = json_;
     auto printer = sys_.spawn([filter, as_json]() -> engine_events_actor::behavior_type {
       return {[filter, as_json](engine_event& e) {
-        auto line = e.kind + " " + e.name + " " + e.what;
+        auto line = e.node + " " + e.kind + " " + e.name + " " + e.what;
         if (!filter.empty() && line.find(filter) == std::string::npos)
           return;
         if (as_json)
-          std::cout << json{{"at", e.at}, {"kind", e.kind}, {"name", e.name}, {"what", e.what}}
+          std::cout << json{{"at", e.at}, {"node", e.node}, {"kind", e.kind}, {"name", e.name},
+                            {"what", e.what}}
                          .dump()
                     << std::endl;
         else
@@ -435,16 +442,22 @@ private:
       std::cout << out;
       return;
     }
-    size_t wn = 4, ws = 5;
+    // The NODE column only where there is more than one node to tell apart.
+    size_t wn = 4, ws = 5, wnode = 4;
+    std::set<std::string> nodes;
     for (auto& e : xs) {
       wn = std::max(wn, e.name.size());
       ws = std::max(ws, e.state.size());
+      wnode = std::max(wnode, e.node.size());
+      nodes.insert(e.node);
     }
-    std::cout << pad("KIND", 7) << pad("NAME", wn + 2) << pad("STATE", ws + 2)
-              << pad("STARTED", 22) << "LIVENESS\n";
+    bool by_node = nodes.size() > 1;
+    std::cout << (by_node ? pad("NODE", wnode + 2) : "") << pad("KIND", 7) << pad("NAME", wn + 2)
+              << pad("STATE", ws + 2) << pad("STARTED", 22) << "LIVENESS\n";
     for (auto& e : xs)
-      std::cout << pad(e.kind, 7) << pad(e.name, wn + 2) << pad(e.state, ws + 2)
-                << pad(e.started_at, 22) << e.liveness << "\n";
+      std::cout << (by_node ? pad(e.node, wnode + 2) : "") << pad(e.kind, 7)
+                << pad(e.name, wn + 2) << pad(e.state, ws + 2) << pad(e.started_at, 22)
+                << e.liveness << "\n";
   }
 
   void print_show(const actor_entry& e) {
@@ -452,7 +465,7 @@ private:
       std::cout << to_json(e).dump(2) << "\n";
       return;
     }
-    std::cout << e.kind << " " << e.name << "\n  state: " << e.state
+    std::cout << e.kind << " " << e.name << "\n  node: " << e.node << "\n  state: " << e.state
               << "\n  started at: " << e.started_at << "\n  liveness: " << e.liveness << "\n";
     for (auto& d : e.details)
       std::cout << "  " << d << "\n";
@@ -463,7 +476,7 @@ private:
   uint16_t port_;
   bool json_;
   caf::timespan timeout_;
-  inspector_actor inspector_;
+  node_actor inspector_;
   std::set<std::string> names_;
 };
 
@@ -490,8 +503,8 @@ char** complete(const char* text, int start, int) {
     candidates = {"ls", "show", "status", "watch", "kill-link", "reconcile", "drain", "undrain",
                   "reload",    "help",      "quit"};
   } else {
-    candidates = {"links", "images", "proxies", "health", "calls",
-                  "link",  "image",  "proxy",   "call"};
+    candidates = {"links", "images", "proxies", "health", "calls", "nodes",
+                  "link",  "image",  "proxy",   "call",  "node"};
     if (completing)
       for (auto& n : completing->names())
         candidates.push_back(n);

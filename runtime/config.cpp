@@ -423,8 +423,32 @@ void check_listen(problems& out, const std::string& key, const listen_config& l,
     out.add(key + ".address", lv::quote(l.address) + " is not a loopback address: " + why);
 }
 
+// engine.node and engine.peers: a name, and dialable inspectors that are
+// not this node's own.
+void check_nodes(problems& out, const engine_config& cfg) {
+  check_optional_name(out, "engine.node", cfg.node);
+  if (!cfg.peers.empty() && !cfg.inspect.enabled)
+    out.add("engine.peers", "peers reach this node through its inspector: set "
+                            "engine.inspect = { enabled = true } or remove engine.peers");
+  for (size_t i = 0; i < cfg.peers.size(); ++i) {
+    auto path = at("engine.peers", i);
+    auto hp = split_host_port(cfg.peers[i]);
+    if (!hp) {
+      out.add(path, "expected HOST:PORT with a port in 1..65535 (another node's "
+                    "engine.inspect), got " + lv::quote(cfg.peers[i]));
+      continue;
+    }
+    if (std::find(cfg.peers.begin(), cfg.peers.begin() + static_cast<long>(i), cfg.peers[i])
+        != cfg.peers.begin() + static_cast<long>(i))
+      out.add(path, "duplicate peer " + lv::quote(cfg.peers[i]));
+    if (cfg.inspect.enabled && hp->second == cfg.inspect.port && hp->first == cfg.inspect.address)
+      out.add(path, lv::quote(cfg.peers[i]) + " is this node's own inspector (engine.inspect)");
+  }
+}
+
 void check_engine(problems& out, const engine_config& cfg) {
   check_probe(out, cfg.probe);
+  check_nodes(out, cfg);
   check_listen(out, "engine.inspect", cfg.inspect,
                "the inspector speaks plain CAF (BASP), so binding elsewhere requires TLS and "
                "a shared secret, which this engine does not configure; use 127.0.0.1 and an "
@@ -795,8 +819,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "address-grace", "shutdown-timeout", "redial-min",
-                 "redial-max", "gc", "probe", "inspect", "metrics", "hosts", "images",
-                 "proxies"}};
+                 "redial-max", "gc", "probe", "inspect", "metrics", "node", "peers", "hosts",
+                 "images", "proxies"}};
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
   r.read("address-grace", cfg.address_grace, range{0, 1000});
@@ -810,6 +834,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
     cfg.inspect = read_listen(out, *x, "engine.inspect", cfg.inspect);
   if (auto x = r.get<dict>("metrics", false, "a dict like {address = \"127.0.0.1\", port = 9464}"))
     cfg.metrics = read_listen(out, *x, "engine.metrics", cfg.metrics);
+  r.read("node", cfg.node);
+  r.read("peers", cfg.peers);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));
@@ -853,7 +879,30 @@ caf::expected<engine_config> load_engine_config(const caf::actor_system_config& 
   check_engine(out, result);
   if (!out.empty())
     return out.to_error();
+  result.node = node_name(result);
   return result;
+}
+
+std::string node_name(const engine_config& cfg) {
+  return cfg.node.empty() ? cfg.entry : cfg.node;
+}
+
+std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    return std::nullopt;
+  auto digits = s.substr(colon + 1);
+  if (digits.size() > 5
+      || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  auto port = std::stoul(digits);
+  if (port == 0 || port > 65'535)
+    return std::nullopt;
+  auto host = s.substr(0, colon);
+  // [::1]:4040 names an IPv6 address.
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
 caf::error validate(const engine_config& cfg) {

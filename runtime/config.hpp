@@ -4,6 +4,7 @@
 // (notes/caf.md); load_engine_config walks the whole settings tree and
 // refuses anything it does not know, naming the file and the key.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,14 @@ struct engine_config {
   probe_config probe;
   listen_config inspect{true, "127.0.0.1", 4040};
   listen_config metrics{true, "127.0.0.1", 9464};
+  /// This process's name among several engine nodes (default: the entry).
+  /// Nodes of one entry must own disjoint hosts and have distinct names.
+  std::string node;
+  /// Other nodes' inspectors ("HOST:PORT"): the node actor dials each one
+  /// through the middleman and keeps redialing it, so that caf-shell attached
+  /// to any node sees every node's actors. Settled at start (a reload that
+  /// changes it is refused).
+  std::vector<std::string> peers;
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host
@@ -127,5 +136,12 @@ caf::expected<engine_config> load_engine_config(const caf::actor_system_config& 
 /// Validates an engine_config built in code (the embedding API): the same
 /// semantic checks as the file path (names, references, duplicates, ranges).
 caf::error validate(const engine_config& cfg);
+
+/// engine.node, or the entry when it is not set.
+std::string node_name(const engine_config& cfg);
+
+/// "HOST:PORT" split at its last colon; nullopt unless the port is 1..65535
+/// and the host is not empty.
+std::optional<std::pair<std::string, uint16_t>> split_host_port(const std::string& s);
 
 } // namespace egress

@@ -65,6 +65,11 @@ std::string dump_config(const engine_config& cfg) {
   out += std::string{"metrics = { enabled = "} + (cfg.metrics.enabled ? "true" : "false")
          + ", address = " + quoted(cfg.metrics.address)
          + ", port = " + std::to_string(cfg.metrics.port) + " }\n";
+  out += "node = " + quoted(node_name(cfg)) + "\n";
+  out += "peers = [";
+  for (size_t i = 0; i < cfg.peers.size(); ++i)
+    out += (i ? ", " : "") + quoted(cfg.peers[i]);
+  out += "]\n";
   out += "hosts = [\n";
   for (auto& h : cfg.hosts) {
     out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)

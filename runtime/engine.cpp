@@ -7,6 +7,7 @@
 #include <caf/settings.hpp>
 
 #include "actors/inspector.hpp"
+#include "actors/node.hpp"
 #include "messages/error.hpp"
 #include "messages/vocabulary.hpp"
 
@@ -18,6 +19,8 @@ void configure(caf::actor_system_config& cfg) {
   // serializable too. (It is an interface of messages/actors.hpp, which
   // includes the type-ID block, so it is announced here.)
   cfg.add_message_type<engine_events_actor>("egress::engine_events_actor");
+  // A node's inspector travels to its peers in the hello.
+  cfg.add_message_type<inspector_actor>("egress::inspector_actor");
   // Work sharing, not CAF's default work stealing: an idle stealing worker
   // polls its peers, sleeping 50 us between up to 500 attempts after every
   // message, and the engine's message rate (polls, probes, status) kept all
@@ -35,6 +38,7 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
                                     fleet_hooks hooks) {
   if (auto err = validate(cfg))
     return err;
+  cfg.node = node_name(cfg);
   // A kill shuts sockets down under libvirt's client, which may write to
   // them once more: with SIGPIPE's default action that write would end the
   // whole process. An application that installed its own handler keeps it.
@@ -45,7 +49,8 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
   auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)},
                      std::move(reread));
-  return engine{sys, std::move(f), std::move(i), std::move(cfg)};
+  auto n = sys.spawn(make_node, cfg.node, i, cfg.peers);
+  return engine{sys, std::move(f), std::move(i), std::move(n), std::move(cfg)};
 }
 
 caf::expected<fleet_status> engine::status(caf::timespan timeout) const {
@@ -62,6 +67,7 @@ caf::expected<std::string> engine::reload(engine_config next, caf::timespan time
   // a round trip, and an invalid config never reaches an actor.
   if (auto err = validate(next))
     return err;
+  next.node = node_name(next);
   caf::scoped_actor self{*sys_};
   caf::expected<std::string> out = make_error(ec::shutting_down, "no answer");
   auto copy = next;
@@ -99,6 +105,9 @@ caf::error engine::stop(caf::timespan timeout) {
   fleet_ = nullptr;
   // Explicitly: a handle that went to a remote shell keeps an actor alive
   // otherwise, and the actor system's destructor would wait for it.
+  if (node_)
+    caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+  node_ = nullptr;
   if (inspector_)
     caf::anon_send_exit(inspector_, caf::exit_reason::user_shutdown);
   inspector_ = nullptr;

@@ -38,9 +38,12 @@ public:
                                      fleet_hooks hooks = {});
 
   const fleet_actor& fleet() const noexcept { return fleet_; }
-  /// What caf-shell talks to (caf-run publishes it on the middleman; an
-  /// embedding application may publish it or query it in process).
+  /// This node's own actors, for in-process inspection.
   const inspector_actor& inspector() const noexcept { return inspector_; }
+  /// What caf-shell and the other nodes talk to: this node and its peers
+  /// (engine.node, engine.peers). caf-run publishes it on the middleman; an
+  /// embedding application may publish it too.
+  const node_actor& node() const noexcept { return node_; }
   const engine_config& config() const noexcept { return cfg_; }
 
   /// Blocking convenience for non-actor code (never call it from an actor).
@@ -62,12 +65,15 @@ public:
   caf::error stop(caf::timespan timeout = caf::timespan{0});
 
 private:
-  engine(caf::actor_system& sys, fleet_actor f, inspector_actor i, engine_config cfg)
-    : sys_(&sys), fleet_(std::move(f)), inspector_(std::move(i)), cfg_(std::move(cfg)) {}
+  engine(caf::actor_system& sys, fleet_actor f, inspector_actor i, node_actor n,
+         engine_config cfg)
+    : sys_(&sys), fleet_(std::move(f)), inspector_(std::move(i)), node_(std::move(n)),
+      cfg_(std::move(cfg)) {}
 
   caf::actor_system* sys_;
   fleet_actor fleet_;
   inspector_actor inspector_;
+  node_actor node_;
   engine_config cfg_;
 };
 

@@ -61,7 +61,18 @@ struct daemon_run {
   std::string address;
 
   explicit daemon_run(const std::string& extra = "inspect = { port = 0 }") {
-    auto ini = config_with(dir, extra);
+    start(config_with(dir, extra));
+  }
+  /// caf-run on a whole configuration text (its paths absolute).
+  struct text {
+    std::string ini;
+  };
+  explicit daemon_run(const text& t) {
+    auto ini = dir / "engine.ini";
+    testbed::write_file(ini, t.ini);
+    start(ini);
+  }
+  void start(const std::string& ini) {
     proc = testbed::process({{EGRESS_CAF_RUN, "--config-file=" + ini}, {}, dir / "caf-run.log"});
   }
   ~daemon_run() { proc.stop(); }
@@ -94,6 +105,32 @@ struct daemon_run {
     return testbed::run(argv, 20s);
   }
 };
+
+/// A loopback port that was free a moment ago (the kernel's pick for port 0).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  BOOST_REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  ::close(fd);
+  return ntohs(sa.sin_port);
+}
+
+/// One node of several: its own host (on the test driver) and two proxies,
+/// its inspector on `port`, the other node's at `peer`.
+daemon_run::text node_ini(const std::string& node, int port, int peer, const std::string& host) {
+  auto n = std::string{"px-"} + node.back();
+  return {"[engine]\nentry = \"multi\"\nnode = \"" + node + "\"\npeers = [\"127.0.0.1:"
+          + std::to_string(peer) + "\"]\npoll-interval = 1h\nprobe = { mode = \"off\" }\n"
+          + "inspect = { port = " + std::to_string(port) + " }\nmetrics = { enabled = false }\n"
+          + "hosts = [ { name = \"" + host + "\", test-node = \"" + EGRESS_SOURCE_DIR
+          + "/config/testnode.xml\", pool = \"default\", network = \"default\" } ]\n"
+          + "proxies = [ { name = \"" + n + "-1\", host = \"" + host + "\" }, { name = \"" + n
+          + "-2\", host = \"" + host + "\" } ]\n"};
+}
 
 /// A plain HTTP/1.1 request to 127.0.0.1:port: (status code, body).
 std::pair<int, std::string> http_get(int port, const std::string& path) {
@@ -331,8 +368,8 @@ BOOST_FIXTURE_TEST_CASE(spec_19_a_wedged_actor_shows_as_no_reply_within_the_time
   caf::anon_send(wedged, 1);
   auto fine = sys->spawn([]() -> caf::behavior { return {[](int) {}}; });
   std::vector<directory_entry> dir;
-  dir.push_back({{"proxy", "stuck", "running", "", "", {}}, wedged});
-  dir.push_back({{"proxy", "fine", "running", "", "", {}}, fine});
+  dir.push_back({{"proxy", "stuck", "running", "", "", {}, ""}, wedged});
+  dir.push_back({{"proxy", "fine", "running", "", "", {}, ""}, fine});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
   auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
@@ -361,7 +398,7 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   auto owner = sys->spawn([]() -> caf::behavior {
     return {[](atom::ls) {
       actor_entry c{"call", "hv1#42", "abandoned, thread still running", "", "busy (detached)",
-                    {"call: define px-1", "host: hv1"}};
+                    {"call: define px-1", "host: hv1"}, ""};
       return std::vector<actor_entry>{c};
     }};
   });
@@ -371,9 +408,9 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   });
   caf::anon_send(wedged, 1);
   std::vector<directory_entry> dir;
-  dir.push_back({{"link", "hv1", "up", "", "", {}}, owner});
-  dir.push_back({{"image", "base@hv2", "fetching", "", "", {}}, wedged});
-  dir.push_back({{"proxy", "px-1", "running", "", "", {}}, owner});
+  dir.push_back({{"link", "hv1", "up", "", "", {}, ""}, owner});
+  dir.push_back({{"image", "base@hv2", "fetching", "", "", {}, ""}, wedged});
+  dir.push_back({{"proxy", "px-1", "running", "", "", {}, ""}, owner});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
   auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
@@ -467,4 +504,118 @@ BOOST_AUTO_TEST_CASE(spec_20_a_non_loopback_metrics_endpoint_is_refused) {
   BOOST_REQUIRE(status);
   BOOST_CHECK(WIFEXITED(*status) && WEXITSTATUS(*status) == 2);
   BOOST_CHECK_MESSAGE(d.log().find("engine.metrics.address") != std::string::npos, d.log());
+}
+
+// Several nodes: two caf-run processes, each owning its own host, peers of
+// each other through the middleman. A shell attached to either one lists
+// both nodes' actors; a command goes to the node that owns the name; a node
+// killed with SIGKILL is reported down (to a watch, and by ls nodes) while
+// the other keeps running and answering for itself within the node timeout.
+BOOST_AUTO_TEST_CASE(spec_22_two_nodes_inspected_from_one_shell_and_one_killed) {
+  auto pa = free_port();
+  auto pb = free_port();
+  daemon_run a{node_ini("node-a", pa, pb, "hv-a")};
+  daemon_run b{node_ini("node-b", pb, pa, "hv-b")};
+  BOOST_REQUIRE_MESSAGE(a.wait_listening(), a.log());
+  BOOST_REQUIRE_MESSAGE(b.wait_listening(), b.log());
+  auto nodes_of = [](daemon_run& d) {
+    std::map<std::string, json> out;
+    auto r = d.shell({"-c", "ls nodes", "--json"});
+    if (r.ok())
+      for (auto& e : json::parse(r.output))
+        out[e["name"].get<std::string>()] = e;
+    return out;
+  };
+  // Each dials the other (the later one finds the earlier at once, the
+  // earlier redials with backoff).
+  BOOST_REQUIRE_MESSAGE(test::eventually([&] {
+    auto na = nodes_of(a), nb = nodes_of(b);
+    return na.contains("node-b") && na["node-b"]["state"] == "up" && nb.contains("node-a")
+           && nb["node-a"]["state"] == "up";
+  }, 30s), a.log() + b.log());
+
+  for (auto* d : {&a, &b}) {
+    std::map<std::string, std::set<std::string>> seen; // node -> "kind name"
+    BOOST_REQUIRE(test::eventually([&] {
+      auto r = d->shell({"-c", "ls", "--json"});
+      if (!r.ok())
+        return false;
+      seen.clear();
+      for (auto& e : json::parse(r.output))
+        if (e["kind"] != "proxy" || e["state"] == "running")
+          seen[e["node"].get<std::string>()].insert(e["kind"].get<std::string>() + " "
+                                                    + e["name"].get<std::string>());
+      return seen["node-a"].size() == 5 && seen["node-b"].size() == 5;
+    }, 20s));
+    for (auto x : {"link hv-a", "proxy px-a-1", "proxy px-a-2", "health health", "node node-a"})
+      BOOST_CHECK_MESSAGE(seen["node-a"].contains(x), x);
+    for (auto x : {"link hv-b", "proxy px-b-1", "proxy px-b-2", "health health", "node node-b"})
+      BOOST_CHECK_MESSAGE(seen["node-b"].contains(x), x);
+  }
+  auto show = a.shell({"-c", "show proxy px-b-2", "--json"});
+  BOOST_REQUIRE_MESSAGE(show.ok(), show.output);
+  BOOST_CHECK_EQUAL(json::parse(show.output)["node"], "node-b");
+
+  // Commands go to the node that owns the name; a name no node owns says
+  // which nodes were asked.
+  auto kill = a.shell({"-c", "kill-link hv-b", "--json"});
+  BOOST_REQUIRE_MESSAGE(kill.ok(), kill.output);
+  BOOST_CHECK_EQUAL(json::parse(kill.output)["state"], "dead");
+  BOOST_CHECK(test::eventually(
+    [&] { return b.log().find("hv-b: dead (killed: by operator)") != std::string::npos; }, 5s));
+  auto drain = b.shell({"-c", "drain px-a-1", "--json"});
+  BOOST_REQUIRE_MESSAGE(drain.ok(), drain.output);
+  BOOST_CHECK_EQUAL(json::parse(drain.output)["drained"], true);
+  auto nowhere = a.shell({"-c", "reconcile px-nowhere"});
+  BOOST_CHECK_EQUAL(nowhere.exit_code, 1);
+  BOOST_CHECK_MESSAGE(nowhere.output.find("no proxy named \"px-nowhere\" on any node (asked "
+                                          "node-a, node-b)")
+                        != std::string::npos,
+                      nowhere.output);
+
+  // A watch on node-a, live before the kill: it shows node-b's events too.
+  auto watch_out = a.dir / "watch.out";
+  testbed::process watch(
+    {{EGRESS_CAF_SHELL, a.address, "-c", "watch", "--for=60", "--json"}, {}, watch_out});
+  BOOST_REQUIRE(test::eventually([&] {
+    // The reconcile redials the dead link (an event), the kill ends it again.
+    a.shell({"-c", "reconcile px-b-1", "-c", "kill-link hv-b"});
+    return testbed::read_file(watch_out).find("\"node\":\"node-b\"") != std::string::npos;
+  }, 15s));
+  b.proc.signal(SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_CHECK_MESSAGE(test::eventually([&] {
+    auto text = testbed::read_file(watch_out);
+    return text.find("\"kind\":\"node\",\"name\":\"node-b\"") != std::string::npos
+           && text.find("down: connection lost") != std::string::npos;
+  }, 10s), testbed::read_file(watch_out));
+  auto na = nodes_of(a);
+  BOOST_REQUIRE(na.contains("node-b"));
+  auto down = na["node-b"];
+  BOOST_CHECK_MESSAGE(down.value("state", "").rfind("down: connection lost", 0) == 0, down.dump());
+  BOOST_CHECK_EQUAL(down.value("liveness", ""), "unreachable");
+
+  // node-a keeps running and answering for itself, at once.
+  auto t1 = std::chrono::steady_clock::now();
+  auto ls = a.shell({"-c", "ls", "--json"});
+  auto took = std::chrono::steady_clock::now() - t1;
+  BOOST_REQUIRE_MESSAGE(ls.ok(), ls.output);
+  std::set<std::string> left;
+  for (auto& e : json::parse(ls.output))
+    left.insert(e["node"].get<std::string>() + " " + e["kind"].get<std::string>() + " "
+                + e["name"].get<std::string>());
+  BOOST_CHECK(left.contains("node-a link hv-a"));
+  BOOST_CHECK(left.contains("node-b node node-b"));
+  BOOST_CHECK(!left.contains("node-b link hv-b"));
+  BOOST_CHECK(took < 3s); // generous: a dead node is not waited for
+  BOOST_CHECK(a.proc.alive());
+  BOOST_TEST_MESSAGE("node-b reported down "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()
+                     << " ms after its SIGKILL; ls without it took "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                     << " ms");
+  watch.stop();
+  a.proc.signal(SIGINT);
+  BOOST_CHECK(test::eventually([&] { return !a.proc.alive(); }, 15s));
+  BOOST_CHECK_MESSAGE(a.log().find("stopped cleanly") != std::string::npos, a.log());
 }

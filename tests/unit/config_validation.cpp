@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* engine_keys =
   "entry, poll-interval, address-grace, shutdown-timeout, redial-min, redial-max, gc, probe, "
-  "inspect, metrics, hosts, images, proxies";
+  "inspect, metrics, node, peers, hosts, images, proxies";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from, kernel, initrd, cmdline";
 
@@ -756,6 +756,47 @@ BOOST_AUTO_TEST_CASE(bad_probe_settings_are_reported_by_key) {
                                                 "the proxy must fetch)"));
   BOOST_CHECK_EQUAL(problems(std::string{minimal} + "gc = \"yes\"\n"),
                     line("engine.gc", "expected true or false, got string \"yes\""));
+}
+
+BOOST_AUTO_TEST_CASE(node_defaults_to_the_entry_and_peers_load) {
+  auto plain = load(minimal);
+  BOOST_REQUIRE_MESSAGE(plain, why(plain));
+  BOOST_CHECK_EQUAL(plain->node, "e1");
+  BOOST_CHECK(plain->peers.empty());
+  auto cfg = load(std::string{minimal}
+                  + "node = \"n1\"\npeers = [\"127.0.0.1:4041\", \"[::1]:4042\", "
+                    "\"node-b.example:4040\"]\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK_EQUAL(cfg->node, "n1");
+  BOOST_CHECK_EQUAL(cfg->peers.size(), 3u);
+  auto v6 = split_host_port("[::1]:4042");
+  BOOST_REQUIRE(v6);
+  BOOST_CHECK_EQUAL(v6->first, "::1");
+  BOOST_CHECK_EQUAL(v6->second, 4042);
+}
+
+BOOST_AUTO_TEST_CASE(bad_node_and_peers_are_reported_by_key) {
+  BOOST_CHECK_EQUAL(
+    problems(std::string{minimal}
+             + "node = \"Node_A\"\ninspect = { port = 4040 }\npeers = [\"nohost\", "
+               "\"127.0.0.1:0\", \"127.0.0.1:4040\", \"h:1\", \"h:1\", \":80\"]\n"),
+    bad_name("engine.node", "Node_A") + "\n"
+      + line("engine.peers[0]", "expected HOST:PORT with a port in 1..65535 (another node's "
+                                "engine.inspect), got \"nohost\"")
+      + "\n"
+      + line("engine.peers[1]", "expected HOST:PORT with a port in 1..65535 (another node's "
+                                "engine.inspect), got \"127.0.0.1:0\"")
+      + "\n"
+      + line("engine.peers[2]", "\"127.0.0.1:4040\" is this node's own inspector "
+                                "(engine.inspect)")
+      + "\n" + line("engine.peers[4]", "duplicate peer \"h:1\"") + "\n"
+      + line("engine.peers[5]", "expected HOST:PORT with a port in 1..65535 (another node's "
+                                "engine.inspect), got \":80\""));
+  BOOST_CHECK_EQUAL(problems(std::string{minimal}
+                             + "inspect = { enabled = false }\npeers = [\"127.0.0.1:4041\"]\n"),
+                    line("engine.peers", "peers reach this node through its inspector: set "
+                                         "engine.inspect = { enabled = true } or remove "
+                                         "engine.peers"));
 }
 
 BOOST_AUTO_TEST_CASE(address_sources) {

@@ -179,6 +179,14 @@ BOOST_AUTO_TEST_CASE(a_bad_reload_is_refused_with_the_reason_and_changes_nothing
   BOOST_REQUIRE(!r2);
   BOOST_CHECK_MESSAGE(render(r2.error()).find("engine.entry: cannot change") != std::string::npos,
                       render(r2.error()));
+  // Whom the node dials is settled at start, like the entry.
+  auto peered = fleet_of("badreload", {"br-1", "br-2"});
+  peered.peers = {"127.0.0.1:1"};
+  auto r3 = eng->reload(peered);
+  BOOST_REQUIRE(!r3);
+  BOOST_CHECK_MESSAGE(render(r3.error()).find("engine.peers: cannot change while running")
+                        != std::string::npos,
+                      render(r3.error()));
   std::this_thread::sleep_for(300ms);
   auto st = *eng->status();
   BOOST_CHECK(uids(st) == before);
