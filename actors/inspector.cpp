@@ -140,16 +140,40 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
   };
 }
 
+/// The fleet's answer, delivered by the inspector itself. Not delegate():
+/// that has the fleet answer the requester directly, and an actor that
+/// sends to another process becomes addressable from there by its id
+/// (admission.hpp): the fleet must never be.
+template <class T, class... Ts>
+caf::result<T> ask_fleet(inspector_pointer self, Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  self->request(self->state.fleet, std::chrono::seconds(5), std::move(xs)...)
+    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+caf::error refused() {
+  return make_error(ec::access_denied, "this node requires the shared secret first (its node "
+                                       "actor's hello)");
+}
+
 } // namespace
 
 inspector_actor::behavior_type
 make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness_timeout,
-               config_source reread_config) {
+               config_source reread_config, admission_ptr gate) {
   self->state.fleet = std::move(fleet);
   self->state.liveness_timeout = liveness_timeout;
   self->state.reread_config = std::move(reread_config);
+  self->state.gate = gate ? std::move(gate) : std::make_shared<admission>();
+  auto admitted = [self] {
+    return self->state.gate->admits(self->current_sender(), self->node());
+  };
   return {
-    [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_entry>> {
+    [self, admitted](atom::ls, std::string kind) -> caf::result<std::vector<actor_entry>> {
+      if (!admitted())
+        return refused();
       auto rp = self->make_response_promise<std::vector<actor_entry>>();
       // Well inside the shell's own 5 s: a slow fleet is reported as such.
       self->request(self->state.fleet, std::chrono::seconds(2), atom::ls_v)
@@ -172,19 +196,32 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self](atom::status) -> caf::result<fleet_status> {
-      return self->delegate(self->state.fleet, atom::status_v);
+    [self, admitted](atom::status) -> caf::result<fleet_status> {
+      if (!admitted())
+        return refused();
+      return ask_fleet<fleet_status>(self, atom::status_v);
     },
     [self](atom::subscribe, engine_events_actor& watcher) {
+      // This process only (the node actor): the fleet sends events to its
+      // watchers itself, and must not send to another process.
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != self->node())
+        return;
       self->send(self->state.fleet, atom::subscribe_v, std::move(watcher));
     },
-    [self](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
-      return self->delegate(self->state.fleet, atom::drain_v, std::move(proxy), drained);
+    [self, admitted](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
+      if (!admitted())
+        return refused();
+      return ask_fleet<proxy_health>(self, atom::drain_v, std::move(proxy), drained);
     },
-    [self](atom::run, std::string proxy) -> caf::result<proxy_status> {
-      return self->delegate(self->state.fleet, atom::run_v, std::move(proxy));
+    [self, admitted](atom::run, std::string proxy) -> caf::result<proxy_status> {
+      if (!admitted())
+        return refused();
+      return ask_fleet<proxy_status>(self, atom::run_v, std::move(proxy));
     },
-    [self](atom::reload) -> caf::result<std::string> {
+    [self, admitted](atom::reload) -> caf::result<std::string> {
+      if (!admitted())
+        return refused();
       auto& st = self->state;
       if (!st.reread_config)
         return make_error(ec::unsupported,
@@ -213,8 +250,10 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self](atom::kill, std::string host) -> caf::result<link_status> {
-      return self->delegate(self->state.fleet, atom::kill_v, std::move(host));
+    [self, admitted](atom::kill, std::string host) -> caf::result<link_status> {
+      if (!admitted())
+        return refused();
+      return ask_fleet<link_status>(self, atom::kill_v, std::move(host));
     },
   };
 }

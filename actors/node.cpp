@@ -7,6 +7,7 @@
 #include <set>
 
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
 
 #include "actors/proxy.hpp" // now_rfc3339
 #include "messages/error.hpp"
@@ -45,7 +46,8 @@ std::string label(const node_peer& p) {
 
 void tell(node_pointer self, const engine_event& e) {
   for (auto& w : self->state.watchers)
-    self->send(w, e);
+    if (!w.own_only || e.node == self->state.node)
+      self->send(w.handle, e);
 }
 
 void announce(node_pointer self, const node_peer& p, std::string what) {
@@ -65,9 +67,11 @@ void want_events(node_pointer self) {
     self->send(st.inspector, atom::subscribe_v, me);
     st.local_events = true;
   }
+  // A peer's own events come from its node actor, which relays them: its
+  // fleet never sends to another process (see admission.hpp).
   for (auto& p : st.peers)
     if (p.at == phase::up && !p.events) {
-      self->send(p.inspector, atom::subscribe_v, me);
+      self->send(p.front, atom::subscribe_v, me, true);
       p.events = true;
     }
 }
@@ -100,6 +104,7 @@ void enter(node_pointer self, node_peer& p, phase next, std::string why) {
 
 void dial_failed(node_pointer self, size_t i, std::string why) {
   auto& p = self->state.peers[i];
+  p.dialing = false;
   enter(self, p, phase::down, std::move(why));
   schedule_dial(self, p);
 }
@@ -115,12 +120,15 @@ void joined(node_pointer self, size_t i, node_actor front, std::string name,
     if (j != i && st.peers[j].at == phase::up && st.peers[j].name == name)
       return dial_failed(self, i, "node \"" + name + "\" is connected already at "
                                     + st.peers[j].address);
+  p.dialing = false;
   self->monitor(front);
+  // A configured peer that took our secret may send us its events.
+  st.gate->admit(front->node());
   p.name = std::move(name);
   p.front = std::move(front);
   p.inspector = std::move(inspector);
   p.events = false;
-  p.backoff = caf::timespan{0};
+  p.up_at = clock_type::now();
   enter(self, p, phase::up, {});
   want_events(self);
 }
@@ -132,8 +140,12 @@ void joined(node_pointer self, size_t i, node_actor front, std::string name,
 void dial(node_pointer self, size_t i) {
   auto& st = self->state;
   auto& p = st.peers[i];
+  if (p.dialing || p.at == phase::up)
+    return; // one dial at a time: a stray poll must not start a second chain
+  p.dialing = true;
   ++p.dials;
-  auto mm = self->system().middleman().actor_handle();
+  auto& sys = self->system();
+  auto mm = st.tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
   self->request(mm, st.timeout, caf::connect_atom_v, p.host, p.port)
     .then(
       [self, i](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& ifs) {
@@ -144,7 +156,7 @@ void dial(node_pointer self, size_t i) {
           return dial_failed(self, i, "what is published there is not an engine node of "
                                       "this version");
         auto front = caf::actor_cast<node_actor>(std::move(ptr));
-        self->request(front, self->state.timeout, atom::hello_v)
+        self->request(front, self->state.timeout, atom::hello_v, self->state.gate->secret())
           .then(
             [self, i, front](std::string& name, inspector_actor& inspector) {
               joined(self, i, front, std::move(name), std::move(inspector));
@@ -159,7 +171,10 @@ void lost(node_pointer self, size_t i, const caf::error& reason) {
   p.front = nullptr;
   p.inspector = nullptr;
   p.events = false;
-  p.backoff = caf::timespan{0};
+  // A connection that lasted starts the backoff over; one that keeps
+  // dropping at once keeps doubling it.
+  if (clock_type::now() - p.up_at > self->state.redial_max)
+    p.backoff = caf::timespan{0};
   enter(self, p, phase::down,
         "connection lost (" + (reason ? render(reason) : std::string{"its node stopped"}) + ")");
   schedule_dial(self, p);
@@ -262,7 +277,7 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
     };
     if (only_nodes)
       // A peer's liveness without listing its fleet: its node actor's hello.
-      self->request(p.front, t, atom::hello_v)
+      self->request(p.front, t, atom::hello_v, st.gate->secret())
         .then(
           [l, done, at = i + 1](std::string&, inspector_actor&) {
             l->nodes[at].liveness = "ok " + millis(clock_type::now() - l->sent);
@@ -281,58 +296,78 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
 
 // -- commands ------------------------------------------------------------------------
 
-/// A command that names a host or a proxy: this node first, then each
-/// reachable peer in order, until one owns the name. Any answer other than
-/// unknown_name (success or another error) is the answer.
+/// A command that names a host or a proxy, asked of this node and every
+/// reachable peer at once (one after another, a wedged node would cost the
+/// names of every node after it its timeout): the first answer other than
+/// unknown_name is the owner's, success or not. CAF's own errors (no reply,
+/// the node went away) make a node unreachable, not an answer.
 template <class T>
 struct route_job {
   caf::typed_response_promise<T> rp;
-  std::vector<std::pair<std::string, inspector_actor>> targets; // node, its inspector
+  std::vector<std::string> asked;
   std::vector<std::string> unreachable;
-  caf::error first; // this node's unknown_name
-};
+  caf::error first; // an unknown_name, for its text
+  size_t open = 0;
+  bool done = false;
 
-template <class T, class... Ts>
-void route(node_pointer self, std::shared_ptr<route_job<T>> job, size_t at, Ts... xs) {
-  if (at == job->targets.size()) {
-    std::string asked;
-    for (auto& [n, _] : job->targets)
-      asked += (asked.empty() ? "" : ", ") + n;
-    auto text = detail(job->first) + " on any node (asked " + asked + ")";
-    if (!job->unreachable.empty()) {
-      std::string down;
-      for (auto& n : job->unreachable)
-        down += (down.empty() ? "" : ", ") + n;
-      text += "; not reachable now, and may own it: " + down;
-    }
-    job->rp.deliver(make_error(ec::unknown_name, text));
-    return;
+  void answer(T& x) {
+    if (!done)
+      rp.deliver(std::move(x));
+    done = true;
   }
-  self->request(job->targets[at].second, self->state.timeout, xs...)
-    .then([job](T& x) { job->rp.deliver(std::move(x)); },
-          [self, job, at, xs...](caf::error& err) {
-            if (!is(err, ec::unknown_name)) {
-              job->rp.deliver(std::move(err));
-              return;
-            }
-            if (!job->first)
-              job->first = err;
-            route<T>(self, job, at + 1, xs...);
-          });
-}
+
+  void failed(const std::string& node, caf::error& err) {
+    if (done)
+      return;
+    if (is(err, ec::unknown_name)) {
+      if (!first)
+        first = err;
+    } else if (err.category() == caf::atom("egress")) {
+      rp.deliver(std::move(err)); // the owner's own failure
+      done = true;
+      return;
+    } else {
+      unreachable.push_back(node + " (" + render(err) + ")");
+    }
+    if (--open == 0)
+      nobody();
+  }
+
+  void nobody() {
+    done = true;
+    std::string text = first ? detail(first) : std::string{"no such name"};
+    text += " on any node (asked ";
+    for (size_t i = 0; i < asked.size(); ++i)
+      text += (i ? ", " : "") + asked[i];
+    text += ")";
+    if (!unreachable.empty()) {
+      text += "; not reachable now, and may own it: ";
+      for (size_t i = 0; i < unreachable.size(); ++i)
+        text += (i ? ", " : "") + unreachable[i];
+    }
+    rp.deliver(make_error(ec::unknown_name, text));
+  }
+};
 
 template <class T, class... Ts>
 caf::result<T> routed(node_pointer self, Ts... xs) {
   auto& st = self->state;
   auto job = std::make_shared<route_job<T>>();
   job->rp = self->make_response_promise<T>();
-  job->targets.emplace_back(st.node, st.inspector);
+  std::vector<std::pair<std::string, inspector_actor>> targets{{st.node, st.inspector}};
   for (auto& p : st.peers)
     if (p.at == phase::up)
-      job->targets.emplace_back(p.name, p.inspector);
+      targets.emplace_back(p.name, p.inspector);
     else
-      job->unreachable.push_back(label(p));
-  route<T>(self, job, 0, xs...);
+      job->unreachable.push_back(label(p) + " (" + (p.reason.empty() ? "dialing" : p.reason)
+                                 + ")");
+  job->open = targets.size();
+  for (auto& [node, inspector] : targets) {
+    job->asked.push_back(node);
+    self->request(inspector, st.timeout, xs...)
+      .then([job](T& x) { job->answer(x); },
+            [job, node = node](caf::error& err) { job->failed(node, err); });
+  }
   return job->rp;
 }
 
@@ -340,11 +375,14 @@ caf::result<T> routed(node_pointer self, Ts... xs) {
 
 node_actor::behavior_type make_node(node_pointer self, std::string node,
                                     inspector_actor inspector,
-                                    std::vector<std::string> peers) {
+                                    std::vector<std::string> peers, admission_ptr gate,
+                                    bool tls) {
   auto& st = self->state;
   st.node = std::move(node);
   st.started = now_rfc3339();
   st.inspector = std::move(inspector);
+  st.gate = gate ? std::move(gate) : std::make_shared<admission>();
+  st.tls = tls;
   for (auto& address : peers) {
     node_peer p;
     p.address = address;
@@ -362,45 +400,96 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     auto& st = self->state;
     auto& ws = st.watchers;
     ws.erase(std::remove_if(ws.begin(), ws.end(),
-                            [&](auto& w) { return w.address() == msg.source; }),
+                            [&](auto& w) { return w.handle.address() == msg.source; }),
              ws.end());
     for (size_t i = 0; i < st.peers.size(); ++i)
       if (st.peers[i].at == phase::up && st.peers[i].front.address() == msg.source)
         lost(self, i, msg.reason);
   });
+  // Everything but hello is answered only to this process and to parties
+  // whose hello carried the secret (when one is configured).
+  auto admitted = [self] {
+    return self->state.gate->admits(self->current_sender(), self->node());
+  };
+  auto refused = [] {
+    return make_error(ec::access_denied,
+                      "this node requires the shared secret first (caf-shell --secret-file=FILE; "
+                      "a peer node presents its own engine.inspect.secret-file)");
+  };
+  auto watch = [self](engine_events_actor& w, bool own_only) {
+    auto& ws = self->state.watchers;
+    auto i = std::find_if(ws.begin(), ws.end(), [&](auto& x) { return x.handle == w; });
+    if (i == ws.end()) {
+      self->monitor(w);
+      ws.push_back({std::move(w), own_only});
+    }
+    want_events(self);
+  };
   return {
-    [self](atom::ls, std::string& kind) { return list(self, std::move(kind)); },
-    [self](atom::status) -> caf::result<fleet_status> {
+    [self, admitted, refused](atom::ls, std::string& kind) -> caf::result<std::vector<actor_entry>> {
+      if (!admitted())
+        return refused();
+      return list(self, std::move(kind));
+    },
+    [self, admitted, refused](atom::status) -> caf::result<fleet_status> {
+      if (!admitted())
+        return refused();
       return self->delegate(self->state.inspector, atom::status_v);
     },
-    [self](atom::subscribe, engine_events_actor& w) {
-      auto& ws = self->state.watchers;
-      if (std::find(ws.begin(), ws.end(), w) == ws.end()) {
-        self->monitor(w);
-        ws.push_back(std::move(w));
-      }
-      want_events(self);
+    [admitted, watch](atom::subscribe, engine_events_actor& w) {
+      if (admitted())
+        watch(w, false);
     },
-    [self](atom::kill, std::string& host) {
+    [admitted, watch](atom::subscribe, engine_events_actor& w, bool own_only) {
+      if (admitted())
+        watch(w, own_only);
+    },
+    [self, admitted, refused](atom::kill, std::string& host) -> caf::result<link_status> {
+      if (!admitted())
+        return refused();
       return routed<link_status>(self, atom::kill_v, std::move(host));
     },
-    [self](atom::run, std::string& proxy) {
+    [self, admitted, refused](atom::run, std::string& proxy) -> caf::result<proxy_status> {
+      if (!admitted())
+        return refused();
       return routed<proxy_status>(self, atom::run_v, std::move(proxy));
     },
-    [self](atom::drain, std::string& proxy, bool drained) {
+    [self, admitted, refused](atom::drain, std::string& proxy,
+                              bool drained) -> caf::result<proxy_health> {
+      if (!admitted())
+        return refused();
       return routed<proxy_health>(self, atom::drain_v, std::move(proxy), drained);
     },
-    [self](atom::reload) -> caf::result<std::string> {
+    [self, admitted, refused](atom::reload) -> caf::result<std::string> {
+      if (!admitted())
+        return refused();
       return self->delegate(self->state.inspector, atom::reload_v);
     },
-    [self](atom::hello) -> caf::result<std::string, inspector_actor> {
-      return {self->state.node, self->state.inspector};
+    [self](atom::hello, std::string& secret) -> caf::result<std::string, inspector_actor> {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (st.gate->required()) {
+        if (!st.gate->matches(secret)) {
+          log::warn("node", st.node + ": refused a hello with a wrong secret"
+                              + (sender ? " from node " + to_string(sender->node()) : ""));
+          return make_error(ec::access_denied, "wrong secret for node \"" + st.node
+                                                 + "\" (engine.inspect.secret-file)");
+        }
+        if (sender)
+          st.gate->admit(sender->node());
+      }
+      return {st.node, st.inspector};
     },
-    [self](engine_event& e) { tell(self, e); },
-    [self](atom::poll, std::string& address) {
+    [self, admitted](engine_event& e) {
+      if (admitted())
+        tell(self, e);
+    },
+    [self, admitted](atom::poll, std::string& address) {
+      if (!admitted())
+        return;
       auto& ps = self->state.peers;
       for (size_t i = 0; i < ps.size(); ++i)
-        if (ps[i].address == address && ps[i].at != phase::up)
+        if (ps[i].address == address)
           dial(self, i);
     },
   };

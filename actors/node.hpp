@@ -24,6 +24,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/admission.hpp"
 #include "messages/actors.hpp"
 
 namespace egress {
@@ -38,10 +39,19 @@ struct node_peer {
   std::string reason;  // why it went down (or why the first dial failed)
   std::string last_dial; // why the latest dial failed ("" after one that worked)
   uint32_t dials = 0;
+  bool dialing = false;      // a dial is in flight
   caf::timespan backoff{0};
+  std::chrono::steady_clock::time_point up_at; // when it last came up
   node_actor front;          // while up
   inspector_actor inspector; // while up
   bool events = false;       // this node gets its events (a watcher wants them)
+};
+
+/// A watcher of this node's events: a shell's (every node's events) or a
+/// peer's node actor (this node's own only).
+struct node_watcher {
+  engine_events_actor handle;
+  bool own_only = false;
 };
 
 struct node_state {
@@ -50,8 +60,10 @@ struct node_state {
   std::string started; // RFC 3339
   inspector_actor inspector;
   std::vector<node_peer> peers;
-  std::vector<engine_events_actor> watchers;
+  std::vector<node_watcher> watchers;
   bool local_events = false;
+  admission_ptr gate;  // the shared secret, and who presented it
+  bool tls = false;    // dial peers through CAF's OpenSSL middleman
   /// How long one node may take to answer a fan-out (a listing, a command).
   caf::timespan timeout = std::chrono::seconds(3);
   caf::timespan redial_min = std::chrono::seconds(1);
@@ -62,6 +74,7 @@ using node_pointer = node_actor::stateful_pointer<node_state>;
 
 node_actor::behavior_type make_node(node_pointer self, std::string node,
                                     inspector_actor inspector,
-                                    std::vector<std::string> peers);
+                                    std::vector<std::string> peers, admission_ptr gate,
+                                    bool tls);
 
 } // namespace egress

@@ -222,6 +222,9 @@ using node_actor = caf::typed_actor<
   caf::replies_to<atom::status>::with<fleet_status>,
   // watch: every node's events, plus nodes going up and down.
   caf::reacts_to<atom::subscribe, engine_events_actor>,
+  // A peer's node actor: this node's own events only (it relays them; a
+  // relay of relays would loop between nodes that list each other).
+  caf::reacts_to<atom::subscribe, engine_events_actor, bool>,
   // kill-link, reconcile, drain: sent to whichever node owns the name (this
   // node first, then its peers in order).
   caf::replies_to<atom::kill, std::string>::with<link_status>,
@@ -229,8 +232,10 @@ using node_actor = caf::typed_actor<
   caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
   // reload: this node's own file.
   caf::replies_to<atom::reload>::with<std::string>,
-  // A peer's handshake: this node's name and its inspector.
-  caf::replies_to<atom::hello>::with<std::string, inspector_actor>,
+  // The handshake of a shell or a peer, with the shared secret ("" when
+  // none is configured): this node's name and its inspector. Until a
+  // party's hello succeeded, a node with a secret answers it nothing else.
+  caf::replies_to<atom::hello, std::string>::with<std::string, inspector_actor>,
   // Internal: events of this node's fleet and of the peers', for watchers.
   caf::reacts_to<engine_event>,
   // Internal: dial the peer at this address again.

@@ -26,6 +26,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
 
 #include "actors/metrics_server.hpp"
 #include "messages/error.hpp"
@@ -183,6 +185,15 @@ int main(int argc, char** argv) {
     std::cout << egress::dump_config(*ec);
     return exit_ok;
   }
+  if (ec->inspect.enabled && ec->inspect.tls) {
+    // BASP over TLS: CAF's OpenSSL module, with the paths resolved against
+    // the config file like every other path in it.
+    cfg.load<caf::openssl::manager>();
+    cfg.openssl_certificate = ec->tls.certificate;
+    cfg.openssl_key = ec->tls.key;
+    cfg.openssl_cafile = ec->tls.cafile;
+    cfg.openssl_capath = ec->tls.capath;
+  }
   auto bound = ec->shutdown_timeout;
   int rc = exit_ok;
   {
@@ -202,8 +213,10 @@ int main(int argc, char** argv) {
       auto& in = ec->inspect;
       // The node, not the bare inspector: caf-shell attached here sees this
       // node and every peer it reaches.
-      auto port = sys.middleman().publish(eng->node(), static_cast<uint16_t>(in.port),
-                                          in.address.c_str(), true);
+      auto port = in.tls ? caf::openssl::publish(eng->node(), static_cast<uint16_t>(in.port),
+                                                 in.address.c_str(), true)
+                         : sys.middleman().publish(eng->node(), static_cast<uint16_t>(in.port),
+                                                   in.address.c_str(), true);
       if (!port) {
         std::cerr << "caf-run: cannot open the inspector on " << in.address << ":" << in.port
                   << ": " << sys.render(port.error())
@@ -212,7 +225,9 @@ int main(int argc, char** argv) {
         return exit_start_failed;
       }
       egress::log::info("caf-run", "inspector listening: caf-shell " + in.address + ":"
-                                     + std::to_string(*port));
+                                     + std::to_string(*port)
+                                     + (in.tls ? " (TLS: --tls-cert, --tls-key, --tls-ca)" : "")
+                                     + (ec->inspect_secret.empty() ? "" : " (--secret-file)"));
     }
     std::optional<caf::actor> metrics;
     if (ec->metrics.enabled) {

@@ -1,6 +1,7 @@
 // caf-shell: inspect a running engine through CAF's middleman.
 //
 //   caf-shell [HOST:PORT] [-c COMMAND]... [--json] [--timeout=MS]
+//             [--secret-file=FILE] [--tls-cert=FILE --tls-key=FILE --tls-ca=FILE]
 //
 // Without -c it is a line REPL (libedit: history, completion of commands,
 // kinds and the names it has seen). Commands:
@@ -17,6 +18,9 @@
 // Exit codes: 0 ok, 1 a command failed (unknown name, engine unreachable),
 // 2 usage.
 #include <chrono>
+#include <cctype>
+#include <iterator>
+#include <fstream>
 #include <cstdio>
 #include <cstring>
 #include <csignal>
@@ -35,6 +39,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "messages/actors.hpp"
@@ -58,6 +64,7 @@ constexpr int exit_usage = 2;
 
 const char* usage_text =
   "usage: caf-shell [HOST:PORT] [-c COMMAND]... [--json] [--timeout=MS]\n"
+  "                 [--secret-file=FILE] [--tls-cert=FILE --tls-key=FILE --tls-ca=FILE]\n"
   "\n"
   "Attaches to a running engine's inspector (caf-run logs \"inspector\n"
   "listening: caf-shell HOST:PORT\"; default 127.0.0.1:4040).\n"
@@ -81,7 +88,11 @@ const char* usage_text =
   "  -c COMMAND     run COMMAND and exit (repeatable); no REPL\n"
   "  --json         print results as JSON (for scripts)\n"
   "  --timeout=MS   how long one answer may take (default 5000)\n"
-  "  --for=SECONDS  end a watch after this long (default: at Ctrl-C)\n";
+  "  --for=SECONDS  end a watch after this long (default: at Ctrl-C)\n"
+  "  --secret-file=FILE  the node's shared secret (engine.inspect.secret-file)\n"
+  "  --tls-cert=FILE, --tls-key=FILE, --tls-ca=FILE\n"
+  "                 TLS to a node with engine.inspect.tls: this shell's certificate\n"
+  "                 and key, and the CA that signed the node's\n";
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
@@ -160,7 +171,8 @@ public:
     // the timeout the shell gives up, and exits at once, since the stuck
     // connect would also hold the actor system's destructor.
     auto pending = std::async(std::launch::async, [this] {
-      return sys_.middleman().remote_actor<node_actor>(host_, port_);
+      return tls_ ? caf::openssl::remote_actor<node_actor>(sys_, host_, port_)
+                  : sys_.middleman().remote_actor<node_actor>(host_, port_);
     });
     if (pending.wait_for(timeout_) != std::future_status::ready) {
       std::cerr << "caf-shell: no answer from " << where() << " within "
@@ -176,9 +188,29 @@ public:
                   << sys_.render(h.error()) << "\n";
       return false;
     }
+    // The handshake: the secret (or "" where none is required). A node with
+    // a secret answers nothing else before it.
+    caf::error refused;
+    std::string node;
+    {
+      caf::scoped_actor self{sys_};
+      self->request(*h, timeout_, atom::hello_v, secret_)
+        .receive([&](std::string& name, inspector_actor&) { node = std::move(name); },
+                 [&](caf::error& err) { refused = std::move(err); });
+    }
+    if (refused) {
+      std::cerr << "caf-shell: the engine at " << where() << " refused this shell: "
+                << render(refused) << "\n";
+      std::fflush(nullptr);
+      std::_Exit(exit_failed); // retrying will not change the secret
+    }
     inspector_ = *h;
     return true;
   }
+
+  /// Connect with TLS (caf::openssl) and present this secret in the hello.
+  bool tls_ = false;
+  std::string secret_;
 
   std::string where() const { return host_ + ":" + std::to_string(port_); }
   const std::set<std::string>& names() const { return names_; }
@@ -540,6 +572,7 @@ int main(int argc, char** argv) {
   bool as_json = false;
   long timeout_ms = 5000;
   long watch_s = 0;
+  std::string secret_file, tls_cert, tls_key, tls_ca;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -562,6 +595,14 @@ int main(int argc, char** argv) {
         std::cerr << "caf-shell: --for: expected seconds > 0, got \"" << a.substr(6) << "\"\n";
         return exit_usage;
       }
+    } else if (a.rfind("--secret-file=", 0) == 0) {
+      secret_file = a.substr(14);
+    } else if (a.rfind("--tls-cert=", 0) == 0) {
+      tls_cert = a.substr(11);
+    } else if (a.rfind("--tls-key=", 0) == 0) {
+      tls_key = a.substr(10);
+    } else if (a.rfind("--tls-ca=", 0) == 0) {
+      tls_ca = a.substr(9);
     } else if (a[0] != '-' && a.find(':') != std::string::npos) {
       target = a;
     } else {
@@ -575,9 +616,34 @@ int main(int argc, char** argv) {
     std::cerr << "caf-shell: expected HOST:PORT, got \"" << target << "\"\n";
     return exit_usage;
   }
+  bool tls = !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty();
+  if (tls && (tls_cert.empty() || tls_key.empty() || tls_ca.empty())) {
+    std::cerr << "caf-shell: TLS needs all of --tls-cert, --tls-key and --tls-ca\n";
+    return exit_usage;
+  }
+  for (auto& [flag, file] : {std::pair{"--tls-cert", tls_cert}, std::pair{"--tls-key", tls_key},
+                             std::pair{"--tls-ca", tls_ca},
+                             std::pair{"--secret-file", secret_file}})
+    if (!file.empty() && !std::ifstream{file}) {
+      std::cerr << "caf-shell: " << flag << ": cannot read \"" << file << "\"\n";
+      return exit_usage;
+    }
+  std::string secret;
+  if (!secret_file.empty()) {
+    std::ifstream in{secret_file};
+    secret.assign(std::istreambuf_iterator<char>{in}, {});
+    while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
+      secret.pop_back();
+  }
   caf::actor_system_config cfg;
   configure(cfg);
   cfg.load<caf::io::middleman>();
+  if (tls) {
+    cfg.load<caf::openssl::manager>();
+    cfg.openssl_certificate = tls_cert;
+    cfg.openssl_key = tls_key;
+    cfg.openssl_cafile = tls_ca;
+  }
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   int rc = exit_ok;
@@ -586,6 +652,8 @@ int main(int argc, char** argv) {
     shell sh{sys, target.substr(0, colon), static_cast<uint16_t>(port), as_json,
              std::chrono::milliseconds(timeout_ms)};
     sh.watch_for = std::chrono::seconds(watch_s);
+    sh.tls_ = tls;
+    sh.secret_ = secret;
     // Ctrl-C ends a watch (in the REPL, libedit has the terminal otherwise);
     // SIGTERM ends a scripted one.
     struct sigaction sa{};

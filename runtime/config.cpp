@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <tuple>
@@ -403,24 +405,64 @@ void check_probe(problems& out, const probe_config& p) {
   check_range(out, "engine.probe.fall", p.fall, probe_count_range);
 }
 
-// A listening address of caf-run's: numeric and loopback, because neither
-// the inspector (plain BASP) nor the metrics endpoint authenticates anyone.
-void check_listen(problems& out, const std::string& key, const listen_config& l,
-                  const std::string& why) {
-  if (!l.enabled)
-    return;
-  check_range(out, key + ".port", l.port, range{0, 65'535});
+// The numeric address of a listener; nullopt (reported) if it is not one.
+std::optional<bool> is_loopback(problems& out, const std::string& key, const listen_config& l) {
   in6_addr a6{};
   in_addr a4{};
   bool v4 = ::inet_pton(AF_INET, l.address.c_str(), &a4) == 1;
   bool v6 = !v4 && ::inet_pton(AF_INET6, l.address.c_str(), &a6) == 1;
   if (!v4 && !v6) {
     out.add(key + ".address", "expected a numeric IP address, got " + lv::quote(l.address));
-    return;
+    return std::nullopt;
   }
-  bool loopback = v4 ? (ntohl(a4.s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(&a6);
-  if (!loopback)
-    out.add(key + ".address", lv::quote(l.address) + " is not a loopback address: " + why);
+  return v4 ? (ntohl(a4.s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+// The metrics endpoint authenticates no one: loopback only.
+void check_metrics(problems& out, const listen_config& l) {
+  if (!l.enabled)
+    return;
+  check_range(out, "engine.metrics.port", l.port, range{0, 65'535});
+  if (auto lo = is_loopback(out, "engine.metrics", l); lo && !*lo)
+    out.add("engine.metrics.address",
+            lv::quote(l.address) + " is not a loopback address: the metrics endpoint has no "
+            "authentication; use 127.0.0.1 (a local Prometheus, or an SSH tunnel), or "
+            "metrics = { enabled = false }");
+}
+
+// The inspector speaks BASP, which authenticates no one by itself: anywhere
+// but loopback it needs TLS with checked certificates on both sides (so
+// only holders of the CA's certificates connect at all) and the shared
+// secret (so a connected party is answered only after presenting it).
+void check_inspect(problems& out, const engine_config& cfg) {
+  auto& l = cfg.inspect;
+  if (!l.enabled)
+    return;
+  check_range(out, "engine.inspect.port", l.port, range{0, 65'535});
+  auto lo = is_loopback(out, "engine.inspect", l);
+  if (lo && !*lo && !(l.tls && !cfg.inspect_secret.empty()))
+    out.add("engine.inspect.address",
+            lv::quote(l.address) + " is not a loopback address: plain CAF (BASP) "
+            "authenticates no one, so binding elsewhere requires tls = true (with CAF's "
+            "openssl.certificate, openssl.key and openssl.cafile) and secret-file (the secret "
+            "every shell and peer presents); or use 127.0.0.1 and an SSH tunnel, or "
+            "inspect = { enabled = false }");
+  if (l.tls) {
+    std::vector<std::string> missing;
+    if (cfg.tls.certificate.empty())
+      missing.push_back("openssl.certificate");
+    if (cfg.tls.key.empty())
+      missing.push_back("openssl.key");
+    if (cfg.tls.cafile.empty() && cfg.tls.capath.empty())
+      missing.push_back("openssl.cafile (or openssl.capath)");
+    if (!missing.empty())
+      out.add("engine.inspect.tls", "needs CAF's [openssl] section to name this node's "
+                                    "certificate, its key and the CA that signs every shell's "
+                                    "and peer's certificate; missing: " + join(missing));
+  }
+  if (!cfg.inspect_secret.empty() && cfg.inspect_secret.size() < 16)
+    out.add("engine.inspect.secret-file", "the secret must be at least 16 characters, got "
+                                            + std::to_string(cfg.inspect_secret.size()));
 }
 
 // engine.node and engine.peers: a name, and dialable inspectors that are
@@ -449,13 +491,8 @@ void check_nodes(problems& out, const engine_config& cfg) {
 void check_engine(problems& out, const engine_config& cfg) {
   check_probe(out, cfg.probe);
   check_nodes(out, cfg);
-  check_listen(out, "engine.inspect", cfg.inspect,
-               "the inspector speaks plain CAF (BASP), so binding elsewhere requires TLS and "
-               "a shared secret, which this engine does not configure; use 127.0.0.1 and an "
-               "SSH tunnel, or inspect = { enabled = false }");
-  check_listen(out, "engine.metrics", cfg.metrics,
-               "the metrics endpoint has no authentication; use 127.0.0.1 (a local "
-               "Prometheus, or an SSH tunnel), or metrics = { enabled = false }");
+  check_inspect(out, cfg);
+  check_metrics(out, cfg.metrics);
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
   check_positive(out, "engine.shutdown-timeout", cfg.shutdown_timeout);
@@ -804,15 +841,44 @@ probe_config read_probe(problems& out, const dict& d) {
 }
 
 // engine.inspect and engine.metrics: the same three keys over the
-// defaults in engine_config (ports 4040 and 9464).
+// defaults in engine_config (ports 4040 and 9464); the inspector also has
+// tls and secret-file.
 listen_config read_listen(problems& out, const dict& d, const std::string& key,
-                          listen_config l) {
-  dict_reader r{out, d, key, {"enabled", "address", "port"}};
+                          listen_config l, bool inspect) {
+  std::vector<std::string> known{"enabled", "address", "port"};
+  if (inspect)
+    known.insert(known.end(), {"tls", "secret-file"});
+  dict_reader r{out, d, key, known};
   r.read("enabled", l.enabled);
   r.read("address", l.address);
   r.read("port", l.port, range{0, 65'535});
+  if (inspect) {
+    r.read("tls", l.tls);
+    r.read("secret-file", l.secret_file);
+  }
   r.finish();
   return l;
+}
+
+// The shared secret: a private file (like an SSH key, refused if others may
+// read it), its content without the trailing newline.
+std::string read_secret(problems& out, const std::string& file, const fs::path& base) {
+  const std::string key = "engine.inspect.secret-file";
+  auto path = resolve_file(out, key, file, base);
+  if (path.empty())
+    return {};
+  auto perms = fs::status(path).permissions();
+  if ((perms & (fs::perms::group_all | fs::perms::others_all)) != fs::perms::none) {
+    out.add(key, quoted_path(path) + " may be read by others than its owner: chmod 600 it");
+    return {};
+  }
+  std::ifstream in{path};
+  std::string secret{std::istreambuf_iterator<char>{in}, {}};
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
+    secret.pop_back();
+  if (secret.empty())
+    out.add(key, quoted_path(path) + " is empty");
+  return secret;
 }
 
 void read_engine(problems& out, const dict& d, const fs::path& base,
@@ -831,9 +897,14 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   if (auto x = r.get<dict>("probe", false, "a dict like {mode = \"tcp\"}"))
     cfg.probe = read_probe(out, *x);
   if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))
-    cfg.inspect = read_listen(out, *x, "engine.inspect", cfg.inspect);
+    cfg.inspect = read_listen(out, *x, "engine.inspect", cfg.inspect, true);
+  if (!cfg.inspect.secret_file.empty()) {
+    cfg.inspect_secret = read_secret(out, cfg.inspect.secret_file, base);
+    if (cfg.inspect_secret.empty())
+      out.silence("engine.inspect.secret-file");
+  }
   if (auto x = r.get<dict>("metrics", false, "a dict like {address = \"127.0.0.1\", port = 9464}"))
-    cfg.metrics = read_listen(out, *x, "engine.metrics", cfg.metrics);
+    cfg.metrics = read_listen(out, *x, "engine.metrics", cfg.metrics, false);
   r.read("node", cfg.node);
   r.read("peers", cfg.peers);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
@@ -868,6 +939,20 @@ caf::expected<engine_config> load_engine_config(const caf::actor_system_config& 
   // Relative test-node paths are relative to the config file, not to the
   // working directory of whoever started the engine.
   auto base = fs::absolute(fs::path{cfg.config_file_path}).parent_path();
+  // CAF's [openssl] paths, resolved like ours (caf-run gives them back to
+  // CAF resolved); checked only when engine.inspect.tls needs them.
+  auto tls_path = [&](const std::string& key, const std::string& value) -> std::string {
+    if (value.empty())
+      return {};
+    auto file = fs::absolute(base / value).lexically_normal();
+    if (!fs::exists(file))
+      out.add(key, "no such file: " + quoted_path(file.string()));
+    return file.string();
+  };
+  result.tls = {tls_path("openssl.certificate", cfg.openssl_certificate),
+                tls_path("openssl.key", cfg.openssl_key),
+                tls_path("openssl.cafile", cfg.openssl_cafile),
+                tls_path("openssl.capath", cfg.openssl_capath)};
   auto i = root.find("engine");
   if (i == root.end())
     out.add("engine", "required section is missing");

@@ -85,18 +85,38 @@ struct probe_config {
   bool operator==(const probe_config&) const = default;
 };
 
-/// A socket caf-run listens on: engine.inspect (CAF's middleman for
-/// caf-shell; the embedding API ignores it, an application publishes
-/// engine::inspector() itself) and engine.metrics (Prometheus, GET /metrics).
-/// Numeric and loopback only: neither BASP nor the metrics endpoint
-/// authenticates anyone, and TLS with a shared secret is not configured yet,
-/// so any other address is refused before anything starts.
+/// A socket caf-run listens on: engine.inspect (CAF's middleman, for
+/// caf-shell and the other nodes; the embedding API ignores it, an
+/// application publishes engine::node() itself) and engine.metrics
+/// (Prometheus, GET /metrics). Numeric addresses. The metrics endpoint
+/// authenticates no one, so it is loopback only. The inspector may bind
+/// elsewhere only with TLS (certificates checked on both sides) and a shared
+/// secret; anything else is refused before anything starts (invariant 20).
 struct listen_config {
   bool enabled = true;
   std::string address = "127.0.0.1";
   uint32_t port = 0; // 0: any free port (caf-run logs which)
+  /// engine.inspect only: BASP over TLS, with certificates checked on both
+  /// sides (CAF's [openssl] certificate, key, and cafile or capath): every
+  /// shell and every peer node needs a certificate of that CA.
+  bool tls = false;
+  /// engine.inspect only: a file holding the secret every shell and peer
+  /// must present (hello) before anything else is answered. Resolved against
+  /// the config file; mode 0600 or stricter; 16 characters at least.
+  std::string secret_file;
 
   bool operator==(const listen_config&) const = default;
+};
+
+/// CAF's own [openssl] settings, which engine.inspect.tls needs (paths
+/// resolved against the config file; caf-run hands them back to CAF).
+struct tls_files {
+  std::string certificate;
+  std::string key;
+  std::string cafile;
+  std::string capath;
+
+  bool operator==(const tls_files&) const = default;
 };
 
 struct engine_config {
@@ -112,8 +132,11 @@ struct engine_config {
   /// and other entries' are never touched, whatever this says.
   bool gc = true;
   probe_config probe;
-  listen_config inspect{true, "127.0.0.1", 4040};
-  listen_config metrics{true, "127.0.0.1", 9464};
+  listen_config inspect{true, "127.0.0.1", 4040, false, {}};
+  listen_config metrics{true, "127.0.0.1", 9464, false, {}};
+  tls_files tls;
+  /// engine.inspect.secret-file's content ("": none required). Never dumped.
+  std::string inspect_secret;
   /// This process's name among several engine nodes (default: the entry).
   /// Nodes of one entry must own disjoint hosts and have distinct names.
   std::string node;

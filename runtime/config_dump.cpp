@@ -61,7 +61,11 @@ std::string dump_config(const engine_config& cfg) {
          + ", fall = " + std::to_string(cfg.probe.fall) + " }\n";
   out += std::string{"inspect = { enabled = "} + (cfg.inspect.enabled ? "true" : "false")
          + ", address = " + quoted(cfg.inspect.address)
-         + ", port = " + std::to_string(cfg.inspect.port) + " }\n";
+         + ", port = " + std::to_string(cfg.inspect.port)
+         + ", tls = " + (cfg.inspect.tls ? "true" : "false")
+         + (cfg.inspect.secret_file.empty() ? std::string{}
+                                            : ", secret-file = " + quoted(cfg.inspect.secret_file))
+         + " }\n";
   out += std::string{"metrics = { enabled = "} + (cfg.metrics.enabled ? "true" : "false")
          + ", address = " + quoted(cfg.metrics.address)
          + ", port = " + std::to_string(cfg.metrics.port) + " }\n";

@@ -31,6 +31,14 @@ void configure(caf::actor_system_config& cfg) {
   // this is only the default.
   if (!caf::get_if(&cfg.content, "scheduler.policy"))
     cfg.set("scheduler.policy", caf::atom("sharing"));
+  // BASP notices a closed connection, not a silent one: a peer node that
+  // hangs (or is stopped) with its socket open would stay "up" and cost
+  // every listing the node timeout. Heartbeats each second, and a
+  // connection silent for 5 s is closed (the peer is then reported down).
+  if (!caf::get_if(&cfg.content, "middleman.heartbeat-interval"))
+    cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
+  if (!caf::get_if(&cfg.content, "middleman.connection-timeout"))
+    cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(5)});
   add_error_renderer(cfg);
 }
 
@@ -39,6 +47,10 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
   if (auto err = validate(cfg))
     return err;
   cfg.node = node_name(cfg);
+  if (!cfg.peers.empty() && !sys.has_middleman())
+    return make_error(ec::config_invalid, "engine.peers: the node dials its peers through CAF's "
+                                          "middleman: load it (cfg.load<caf::io::middleman>()) "
+                                          "before the actor system starts");
   // A kill shuts sockets down under libvirt's client, which may write to
   // them once more: with SIGPIPE's default action that write would end the
   // whole process. An application that installed its own handler keeps it.
@@ -47,9 +59,10 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
     std::signal(SIGPIPE, SIG_IGN);
   auto reread = hooks.reread_config;
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
+  auto gate = std::make_shared<admission>(cfg.inspect_secret);
   auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)},
-                     std::move(reread));
-  auto n = sys.spawn(make_node, cfg.node, i, cfg.peers);
+                     std::move(reread), gate);
+  auto n = sys.spawn(make_node, cfg.node, i, cfg.peers, gate, cfg.inspect.tls);
   return engine{sys, std::move(f), std::move(i), std::move(n), std::move(cfg)};
 }
 
