@@ -381,11 +381,19 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
                         "restart the engine instead");
   // Who this node is and whom it connects to are settled at start (the
   // node actor dials its peers once and keeps redialing them).
-  if (next.node != st.cfg.node || next.peers != st.cfg.peers)
+  // So are the listener and its credentials: a reload that seemed to
+  // rotate a leaked secret but left the old one valid would be worse than a
+  // refusal.
+  const char* fixed = next.node != st.cfg.node                      ? "engine.node"
+                      : next.peers != st.cfg.peers                  ? "engine.peers"
+                      : next.inspect != st.cfg.inspect              ? "engine.inspect"
+                      : next.inspect_secret != st.cfg.inspect_secret ? "engine.inspect.secret-file"
+                      : next.tls != st.cfg.tls                      ? "openssl"
+                                                                    : nullptr;
+  if (fixed)
     return make_error(ec::config_invalid,
                       (next.config_file.empty() ? std::string{} : next.config_file + ": ")
-                        + (next.node != st.cfg.node ? "engine.node" : "engine.peers")
-                        + ": cannot change while running; restart the engine instead");
+                        + fixed + ": cannot change while running; restart the engine instead");
   auto d = diff(st.cfg, next);
   // Retire first, then build: a changed host's proxies need its new link.
   for (auto& name : d.proxies_removed)

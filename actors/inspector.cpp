@@ -141,9 +141,10 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
 }
 
 /// The fleet's answer, delivered by the inspector itself. Not delegate():
-/// that has the fleet answer the requester directly, and an actor that
-/// sends to another process becomes addressable from there by its id
-/// (admission.hpp): the fleet must never be.
+/// that has the fleet answer the requester directly, and the fleet must
+/// never send to another process (an actor that does becomes addressable
+/// from there by its id; see actors/admission.hpp). Only the node actor
+/// asks the inspector, today, but an embedding application may not.
 template <class T, class... Ts>
 caf::result<T> ask_fleet(inspector_pointer self, Ts... xs) {
   auto rp = self->make_response_promise<T>();
@@ -153,27 +154,16 @@ caf::result<T> ask_fleet(inspector_pointer self, Ts... xs) {
   return rp;
 }
 
-caf::error refused() {
-  return make_error(ec::access_denied, "this node requires the shared secret first (its node "
-                                       "actor's hello)");
-}
-
 } // namespace
 
 inspector_actor::behavior_type
 make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness_timeout,
-               config_source reread_config, admission_ptr gate) {
+               config_source reread_config) {
   self->state.fleet = std::move(fleet);
   self->state.liveness_timeout = liveness_timeout;
   self->state.reread_config = std::move(reread_config);
-  self->state.gate = gate ? std::move(gate) : std::make_shared<admission>();
-  auto admitted = [self] {
-    return self->state.gate->admits(self->current_sender(), self->node());
-  };
   return {
-    [self, admitted](atom::ls, std::string kind) -> caf::result<std::vector<actor_entry>> {
-      if (!admitted())
-        return refused();
+    [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_entry>> {
       auto rp = self->make_response_promise<std::vector<actor_entry>>();
       // Well inside the shell's own 5 s: a slow fleet is reported as such.
       self->request(self->state.fleet, std::chrono::seconds(2), atom::ls_v)
@@ -196,32 +186,21 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self, admitted](atom::status) -> caf::result<fleet_status> {
-      if (!admitted())
-        return refused();
+    [self](atom::status) -> caf::result<fleet_status> {
       return ask_fleet<fleet_status>(self, atom::status_v);
     },
     [self](atom::subscribe, engine_events_actor& watcher) {
-      // This process only (the node actor): the fleet sends events to its
-      // watchers itself, and must not send to another process.
-      auto sender = self->current_sender();
-      if (!sender || sender->node() != self->node())
-        return;
+      // The fleet sends to its watchers itself: the node actor subscribes a
+      // local relay, never a remote watcher.
       self->send(self->state.fleet, atom::subscribe_v, std::move(watcher));
     },
-    [self, admitted](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
-      if (!admitted())
-        return refused();
+    [self](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
       return ask_fleet<proxy_health>(self, atom::drain_v, std::move(proxy), drained);
     },
-    [self, admitted](atom::run, std::string proxy) -> caf::result<proxy_status> {
-      if (!admitted())
-        return refused();
+    [self](atom::run, std::string proxy) -> caf::result<proxy_status> {
       return ask_fleet<proxy_status>(self, atom::run_v, std::move(proxy));
     },
-    [self, admitted](atom::reload) -> caf::result<std::string> {
-      if (!admitted())
-        return refused();
+    [self](atom::reload) -> caf::result<std::string> {
       auto& st = self->state;
       if (!st.reread_config)
         return make_error(ec::unsupported,
@@ -250,9 +229,7 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self, admitted](atom::kill, std::string host) -> caf::result<link_status> {
-      if (!admitted())
-        return refused();
+    [self](atom::kill, std::string host) -> caf::result<link_status> {
       return ask_fleet<link_status>(self, atom::kill_v, std::move(host));
     },
   };

@@ -9,7 +9,6 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/admission.hpp"
 #include "messages/actors.hpp"
 
 namespace egress {
@@ -22,13 +21,12 @@ struct inspector_state {
   fleet_actor fleet;
   caf::timespan liveness_timeout = std::chrono::milliseconds(300);
   config_source reread_config; // empty: reload is refused
-  admission_ptr gate;           // who besides this process may ask
 };
 
 using inspector_pointer = inspector_actor::stateful_pointer<inspector_state>;
 
 inspector_actor::behavior_type
 make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness_timeout,
-               config_source reread_config, admission_ptr gate);
+               config_source reread_config);
 
 } // namespace egress

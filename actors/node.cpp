@@ -46,8 +46,10 @@ std::string label(const node_peer& p) {
 
 void tell(node_pointer self, const engine_event& e) {
   for (auto& w : self->state.watchers)
-    if (!w.own_only || e.node == self->state.node)
-      self->send(w.handle, e);
+    if (w.shell)
+      self->send(w.shell, e);
+    else if (e.node == self->state.node) // a peer relays only its own
+      self->send(w.peer, e, w.token);
 }
 
 void announce(node_pointer self, const node_peer& p, std::string what) {
@@ -62,16 +64,24 @@ void want_events(node_pointer self) {
   auto& st = self->state;
   if (st.watchers.empty())
     return;
-  auto me = caf::actor_cast<engine_events_actor>(self);
-  if (!st.local_events) {
-    self->send(st.inspector, atom::subscribe_v, me);
-    st.local_events = true;
+  if (!st.relay) {
+    // The fleet sends plain events; this node accepts them with its own
+    // token only. A relay that never leaves this process (so nothing
+    // outside can address it) adds the token.
+    auto node = caf::actor_cast<node_actor>(self);
+    auto token = st.gate.own_token();
+    st.relay = self->spawn([node, token]() -> engine_events_actor::behavior_type {
+      return {[node, token](engine_event& e) { caf::anon_send(node, std::move(e), token); }};
+    });
+    self->link_to(st.relay);
+    self->send(st.inspector, atom::subscribe_v, st.relay);
   }
   // A peer's own events come from its node actor, which relays them: its
-  // fleet never sends to another process (see admission.hpp).
+  // fleet never sends to another process.
+  auto me = caf::actor_cast<node_events_actor>(self);
   for (auto& p : st.peers)
     if (p.at == phase::up && !p.events) {
-      self->send(p.front, atom::subscribe_v, me, true);
+      self->send(p.front, atom::subscribe_v, p.token, me, st.gate.events_token());
       p.events = true;
     }
 }
@@ -110,7 +120,7 @@ void dial_failed(node_pointer self, size_t i, std::string why) {
 }
 
 void joined(node_pointer self, size_t i, node_actor front, std::string name,
-            inspector_actor inspector) {
+            std::string token) {
   auto& st = self->state;
   auto& p = st.peers[i];
   if (name == st.node)
@@ -122,11 +132,9 @@ void joined(node_pointer self, size_t i, node_actor front, std::string name,
                                     + st.peers[j].address);
   p.dialing = false;
   self->monitor(front);
-  // A configured peer that took our secret may send us its events.
-  st.gate->admit(front->node());
   p.name = std::move(name);
   p.front = std::move(front);
-  p.inspector = std::move(inspector);
+  p.token = std::move(token);
   p.events = false;
   p.up_at = clock_type::now();
   enter(self, p, phase::up, {});
@@ -156,10 +164,19 @@ void dial(node_pointer self, size_t i) {
           return dial_failed(self, i, "what is published there is not an engine node of "
                                       "this version");
         auto front = caf::actor_cast<node_actor>(std::move(ptr));
-        self->request(front, self->state.timeout, atom::hello_v, self->state.gate->secret())
+        auto t = self->state.timeout;
+        self->request(front, t, atom::hello_v)
           .then(
-            [self, i, front](std::string& name, inspector_actor& inspector) {
-              joined(self, i, front, std::move(name), std::move(inspector));
+            [self, i, front, t](std::string& nonce) {
+              auto proof = admission::proof(self->state.gate.secret(), nonce);
+              self->request(front, t, atom::hello_v, nonce, proof)
+                .then(
+                  [self, i, front](std::string& name, std::string& token) {
+                    joined(self, i, front, std::move(name), std::move(token));
+                  },
+                  [self, i](caf::error& err) {
+                    dial_failed(self, i, "hello refused: " + render(err));
+                  });
             },
             [self, i](caf::error& err) { dial_failed(self, i, "no hello: " + render(err)); });
       },
@@ -169,7 +186,7 @@ void dial(node_pointer self, size_t i) {
 void lost(node_pointer self, size_t i, const caf::error& reason) {
   auto& p = self->state.peers[i];
   p.front = nullptr;
-  p.inspector = nullptr;
+  p.token.clear();
   p.events = false;
   // A connection that lasted starts the backoff over; one that keeps
   // dropping at once keeps doubling it.
@@ -246,6 +263,23 @@ struct listing {
   }
 };
 
+/// This node's own actors (a peer's "here only" listing): the inspector's
+/// answer, delivered by this actor (only it talks to other processes).
+caf::result<std::vector<actor_entry>> list_here(node_pointer self, std::string kind) {
+  auto rp = self->make_response_promise<std::vector<actor_entry>>();
+  if (kind == "node")
+    return std::vector<actor_entry>{}; // the asking node lists the nodes
+  self->request(self->state.inspector, self->state.timeout, atom::ls_v, kind)
+    .then(
+      [self, rp](std::vector<actor_entry>& xs) mutable {
+        for (auto& e : xs)
+          e.node = self->state.node;
+        rp.deliver(std::move(xs));
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
 caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) {
   auto& st = self->state;
   auto l = std::make_shared<listing>();
@@ -276,16 +310,17 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
       done();
     };
     if (only_nodes)
-      // A peer's liveness without listing its fleet: its node actor's hello.
-      self->request(p.front, t, atom::hello_v, st.gate->secret())
+      // A peer's liveness without listing its fleet: a nonce from its node
+      // actor (the cheapest question it answers).
+      self->request(p.front, t, atom::hello_v)
         .then(
-          [l, done, at = i + 1](std::string&, inspector_actor&) {
+          [l, done, at = i + 1](std::string&) {
             l->nodes[at].liveness = "ok " + millis(clock_type::now() - l->sent);
             done();
           },
           failed);
     else
-      self->request(p.inspector, t, atom::ls_v, kind)
+      self->request(p.front, t, atom::ls_v, p.token, kind, true)
         .then([l, done, at = i + 1](std::vector<actor_entry>& xs) { l->take(at, xs), done(); },
               failed);
   }
@@ -349,39 +384,56 @@ struct route_job {
   }
 };
 
-template <class T, class... Ts>
-caf::result<T> routed(node_pointer self, Ts... xs) {
+/// Asks this node's inspector with `xs`, and each reachable peer's node
+/// actor with (atom, its token, args..., here only): `local` and `remote`
+/// build the two messages.
+template <class T, class Local, class Remote>
+caf::result<T> routed(node_pointer self, Local local, Remote remote) {
   auto& st = self->state;
   auto job = std::make_shared<route_job<T>>();
   job->rp = self->make_response_promise<T>();
-  std::vector<std::pair<std::string, inspector_actor>> targets{{st.node, st.inspector}};
+  size_t targets = 1;
   for (auto& p : st.peers)
     if (p.at == phase::up)
-      targets.emplace_back(p.name, p.inspector);
+      ++targets;
     else
       job->unreachable.push_back(label(p) + " (" + (p.reason.empty() ? "dialing" : p.reason)
                                  + ")");
-  job->open = targets.size();
-  for (auto& [node, inspector] : targets) {
-    job->asked.push_back(node);
-    self->request(inspector, st.timeout, xs...)
-      .then([job](T& x) { job->answer(x); },
-            [job, node = node](caf::error& err) { job->failed(node, err); });
-  }
+  job->open = targets;
+  job->asked.push_back(st.node);
+  local(st.inspector).then([job](T& x) { job->answer(x); },
+                           [job, node = st.node](caf::error& err) { job->failed(node, err); });
+  for (auto& p : st.peers)
+    if (p.at == phase::up) {
+      job->asked.push_back(p.name);
+      remote(p.front, p.token)
+        .then([job](T& x) { job->answer(x); },
+              [job, node = p.name](caf::error& err) { job->failed(node, err); });
+    }
   return job->rp;
+}
+
+/// The same command for this node only (a peer's "here only" request).
+template <class T, class Local>
+caf::result<T> here(node_pointer self, Local local) {
+  auto rp = self->make_response_promise<T>();
+  local(self->state.inspector)
+    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
 }
 
 } // namespace
 
 node_actor::behavior_type make_node(node_pointer self, std::string node,
                                     inspector_actor inspector,
-                                    std::vector<std::string> peers, admission_ptr gate,
+                                    std::vector<std::string> peers, std::string secret,
                                     bool tls) {
   auto& st = self->state;
   st.node = std::move(node);
   st.started = now_rfc3339();
   st.inspector = std::move(inspector);
-  st.gate = gate ? std::move(gate) : std::make_shared<admission>();
+  st.gate = admission{std::move(secret)};
   st.tls = tls;
   for (auto& address : peers) {
     node_peer p;
@@ -400,93 +452,118 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     auto& st = self->state;
     auto& ws = st.watchers;
     ws.erase(std::remove_if(ws.begin(), ws.end(),
-                            [&](auto& w) { return w.handle.address() == msg.source; }),
+                            [&](auto& w) { return w.address() == msg.source; }),
              ws.end());
     for (size_t i = 0; i < st.peers.size(); ++i)
       if (st.peers[i].at == phase::up && st.peers[i].front.address() == msg.source)
         lost(self, i, msg.reason);
   });
-  // Everything but hello is answered only to this process and to parties
-  // whose hello carried the secret (when one is configured).
-  auto admitted = [self] {
-    return self->state.gate->admits(self->current_sender(), self->node());
-  };
   auto refused = [] {
     return make_error(ec::access_denied,
-                      "this node requires the shared secret first (caf-shell --secret-file=FILE; "
-                      "a peer node presents its own engine.inspect.secret-file)");
+                      "no valid token: say hello with the shared secret first (caf-shell "
+                      "--secret-file=FILE; a peer node uses its engine.inspect.secret-file)");
   };
-  auto watch = [self](engine_events_actor& w, bool own_only) {
+  auto timeout = st.timeout;
+  auto watch = [self](node_watcher w) {
     auto& ws = self->state.watchers;
-    auto i = std::find_if(ws.begin(), ws.end(), [&](auto& x) { return x.handle == w; });
-    if (i == ws.end()) {
-      self->monitor(w);
-      ws.push_back({std::move(w), own_only});
+    auto addr = w.address();
+    if (std::none_of(ws.begin(), ws.end(), [&](auto& x) { return x.address() == addr; })) {
+      self->monitor(addr);
+      ws.push_back(std::move(w));
     }
     want_events(self);
   };
   return {
-    [self, admitted, refused](atom::ls, std::string& kind) -> caf::result<std::vector<actor_entry>> {
-      if (!admitted())
-        return refused();
-      return list(self, std::move(kind));
-    },
-    [self, admitted, refused](atom::status) -> caf::result<fleet_status> {
-      if (!admitted())
-        return refused();
-      return self->delegate(self->state.inspector, atom::status_v);
-    },
-    [admitted, watch](atom::subscribe, engine_events_actor& w) {
-      if (admitted())
-        watch(w, false);
-    },
-    [admitted, watch](atom::subscribe, engine_events_actor& w, bool own_only) {
-      if (admitted())
-        watch(w, own_only);
-    },
-    [self, admitted, refused](atom::kill, std::string& host) -> caf::result<link_status> {
-      if (!admitted())
-        return refused();
-      return routed<link_status>(self, atom::kill_v, std::move(host));
-    },
-    [self, admitted, refused](atom::run, std::string& proxy) -> caf::result<proxy_status> {
-      if (!admitted())
-        return refused();
-      return routed<proxy_status>(self, atom::run_v, std::move(proxy));
-    },
-    [self, admitted, refused](atom::drain, std::string& proxy,
-                              bool drained) -> caf::result<proxy_health> {
-      if (!admitted())
-        return refused();
-      return routed<proxy_health>(self, atom::drain_v, std::move(proxy), drained);
-    },
-    [self, admitted, refused](atom::reload) -> caf::result<std::string> {
-      if (!admitted())
-        return refused();
-      return self->delegate(self->state.inspector, atom::reload_v);
-    },
-    [self](atom::hello, std::string& secret) -> caf::result<std::string, inspector_actor> {
+    [self](atom::hello) -> std::string { return self->state.gate.challenge(); },
+    [self](atom::hello, std::string& nonce,
+           std::string& proof) -> caf::result<std::string, std::string> {
       auto& st = self->state;
-      auto sender = self->current_sender();
-      if (st.gate->required()) {
-        if (!st.gate->matches(secret)) {
-          log::warn("node", st.node + ": refused a hello with a wrong secret"
-                              + (sender ? " from node " + to_string(sender->node()) : ""));
-          return make_error(ec::access_denied, "wrong secret for node \"" + st.node
-                                                 + "\" (engine.inspect.secret-file)");
-        }
-        if (sender)
-          st.gate->admit(sender->node());
+      auto token = st.gate.admit(nonce, proof);
+      if (token.empty()) {
+        log::warn("node", st.node + ": refused a hello: wrong secret (or a stale nonce)");
+        return make_error(ec::access_denied, "wrong secret for node \"" + st.node
+                                               + "\" (engine.inspect.secret-file)");
       }
-      return {st.node, st.inspector};
+      return {st.node, std::move(token)};
     },
-    [self, admitted](engine_event& e) {
-      if (admitted())
+    [self, refused](atom::ls, std::string& token, std::string& kind,
+                    bool here_only) -> caf::result<std::vector<actor_entry>> {
+      if (!self->state.gate.valid(token))
+        return refused();
+      return here_only ? list_here(self, std::move(kind)) : list(self, std::move(kind));
+    },
+    [self, refused](atom::status, std::string& token) -> caf::result<fleet_status> {
+      if (!self->state.gate.valid(token))
+        return refused();
+      return here<fleet_status>(self, [self](const inspector_actor& i) {
+        return self->request(i, self->state.timeout, atom::status_v);
+      });
+    },
+    [self, watch](atom::subscribe, std::string& token, engine_events_actor& w) {
+      if (self->state.gate.valid(token))
+        watch({std::move(w), {}, {}});
+    },
+    [self, watch](atom::subscribe, std::string& token, node_events_actor& w,
+                  std::string& reply) {
+      if (self->state.gate.valid(token))
+        watch({{}, std::move(w), std::move(reply)});
+    },
+    [self, refused, timeout](atom::kill, std::string& token, std::string& host,
+                             bool here_only) -> caf::result<link_status> {
+      if (!self->state.gate.valid(token))
+        return refused();
+      auto local = [self, host, timeout](const inspector_actor& i) {
+        return self->request(i, timeout, atom::kill_v, host);
+      };
+      if (here_only)
+        return here<link_status>(self, local);
+      return routed<link_status>(self, local, [self, host, timeout](const node_actor& n,
+                                                                    const std::string& t) {
+        return self->request(n, timeout, atom::kill_v, t, host, true);
+      });
+    },
+    [self, refused, timeout](atom::run, std::string& token, std::string& proxy,
+                             bool here_only) -> caf::result<proxy_status> {
+      if (!self->state.gate.valid(token))
+        return refused();
+      auto local = [self, proxy, timeout](const inspector_actor& i) {
+        return self->request(i, timeout, atom::run_v, proxy);
+      };
+      if (here_only)
+        return here<proxy_status>(self, local);
+      return routed<proxy_status>(self, local, [self, proxy, timeout](const node_actor& n,
+                                                                      const std::string& t) {
+        return self->request(n, timeout, atom::run_v, t, proxy, true);
+      });
+    },
+    [self, refused, timeout](atom::drain, std::string& token, std::string& proxy, bool drained,
+                             bool here_only) -> caf::result<proxy_health> {
+      if (!self->state.gate.valid(token))
+        return refused();
+      auto local = [self, proxy, drained, timeout](const inspector_actor& i) {
+        return self->request(i, timeout, atom::drain_v, proxy, drained);
+      };
+      if (here_only)
+        return here<proxy_health>(self, local);
+      return routed<proxy_health>(self, local, [self, proxy, drained,
+                                                timeout](const node_actor& n,
+                                                         const std::string& t) {
+        return self->request(n, timeout, atom::drain_v, t, proxy, drained, true);
+      });
+    },
+    [self, refused](atom::reload, std::string& token) -> caf::result<std::string> {
+      if (!self->state.gate.valid(token))
+        return refused();
+      // The re-read runs on a detached thread and may take a while.
+      return here<std::string>(self, [self](const inspector_actor& i) {
+        return self->request(i, std::chrono::seconds(20), atom::reload_v);
+      });
+    },
+    [self](engine_event& e, std::string& token) {
+      if (self->state.gate.valid_for_events(token))
         tell(self, e);
     },
-    [self, admitted](atom::poll, std::string& address) {
-      if (!admitted())
-        return;
+    [self](atom::poll, std::string& address) {
       auto& ps = self->state.peers;
       for (size_t i = 0; i < ps.size(); ++i)
         if (ps[i].address == address)

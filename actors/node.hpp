@@ -43,15 +43,19 @@ struct node_peer {
   caf::timespan backoff{0};
   std::chrono::steady_clock::time_point up_at; // when it last came up
   node_actor front;          // while up
-  inspector_actor inspector; // while up
+  std::string token;         // what it gave this node in its hello (while up)
   bool events = false;       // this node gets its events (a watcher wants them)
 };
 
 /// A watcher of this node's events: a shell's (every node's events) or a
-/// peer's node actor (this node's own only).
+/// peer's node actor (this node's own only, with that peer's token).
 struct node_watcher {
-  engine_events_actor handle;
-  bool own_only = false;
+  engine_events_actor shell;
+  node_events_actor peer;
+  std::string token;
+  caf::actor_addr address() const {
+    return shell ? shell.address() : peer.address();
+  }
 };
 
 struct node_state {
@@ -61,8 +65,8 @@ struct node_state {
   inspector_actor inspector;
   std::vector<node_peer> peers;
   std::vector<node_watcher> watchers;
-  bool local_events = false;
-  admission_ptr gate;  // the shared secret, and who presented it
+  engine_events_actor relay; // this node's fleet's events, with the own token
+  admission gate;      // the shared secret, and the tokens given out
   bool tls = false;    // dial peers through CAF's OpenSSL middleman
   /// How long one node may take to answer a fan-out (a listing, a command).
   caf::timespan timeout = std::chrono::seconds(3);
@@ -74,7 +78,7 @@ using node_pointer = node_actor::stateful_pointer<node_state>;
 
 node_actor::behavior_type make_node(node_pointer self, std::string node,
                                     inspector_actor inspector,
-                                    std::vector<std::string> peers, admission_ptr gate,
+                                    std::vector<std::string> peers, std::string secret,
                                     bool tls);
 
 } // namespace egress

@@ -209,36 +209,52 @@ using inspector_actor = caf::typed_actor<
   // changes nothing.
   caf::replies_to<atom::reload>::with<std::string>>;
 
+/// A peer node's node actor as a receiver of this node's own events, each
+/// with the token this node was given for them.
+using node_events_actor = caf::typed_actor<caf::reacts_to<engine_event, std::string>>;
+
 /// This process as one node among several (engine.node, engine.peers): what
 /// caf-run publishes on the middleman (127.0.0.1 by default) for caf-shell
-/// and for the other nodes. It answers for every node it is connected to,
-/// through each node's own inspector, and reports the nodes it cannot reach.
+/// and for the other nodes, and the only actor of the engine that ever talks
+/// to another process. It answers for every node it is connected to and
+/// reports the nodes it cannot reach.
+///
+/// A party first says hello: it asks for a nonce, proves that it knows the
+/// shared secret (HMAC of the nonce under engine.inspect.secret-file, so the
+/// secret itself never crosses the wire) and gets a token. Every other
+/// request carries that token as its first argument. The sender of a
+/// message is never trusted: BASP lets a connected party name any sender.
+/// Without a configured secret any proof and any token pass.
 using node_actor = caf::typed_actor<
-  // Every node's actors of one kind ("" for all, "node" for the nodes
-  // themselves: up, dialing, or down since when and why), each with the
-  // node it runs on. A node that does not answer in time is listed as such.
-  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
-  // This node's fleet.
-  caf::replies_to<atom::status>::with<fleet_status>,
-  // watch: every node's events, plus nodes going up and down.
-  caf::reacts_to<atom::subscribe, engine_events_actor>,
-  // A peer's node actor: this node's own events only (it relays them; a
-  // relay of relays would loop between nodes that list each other).
-  caf::reacts_to<atom::subscribe, engine_events_actor, bool>,
-  // kill-link, reconcile, drain: sent to whichever node owns the name (this
-  // node first, then its peers in order).
-  caf::replies_to<atom::kill, std::string>::with<link_status>,
-  caf::replies_to<atom::run, std::string>::with<proxy_status>,
-  caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
-  // reload: this node's own file.
-  caf::replies_to<atom::reload>::with<std::string>,
-  // The handshake of a shell or a peer, with the shared secret ("" when
-  // none is configured): this node's name and its inspector. Until a
-  // party's hello succeeded, a node with a secret answers it nothing else.
-  caf::replies_to<atom::hello, std::string>::with<std::string, inspector_actor>,
-  // Internal: events of this node's fleet and of the peers', for watchers.
-  caf::reacts_to<engine_event>,
-  // Internal: dial the peer at this address again.
+  // hello: a fresh nonce; then (nonce, proof) -> (this node's name, token).
+  caf::replies_to<atom::hello>::with<std::string>,
+  caf::replies_to<atom::hello, std::string, std::string>::with<std::string, std::string>,
+  // (token, kind, here only): every node's actors of one kind ("" for all,
+  // "node" for the nodes themselves: up, dialing, or down since when and
+  // why), each with the node it runs on. A node that does not answer in
+  // time is listed as such. "here only": this node's actors (a peer asks).
+  caf::replies_to<atom::ls, std::string, std::string, bool>::with<std::vector<actor_entry>>,
+  // (token): this node's fleet.
+  caf::replies_to<atom::status, std::string>::with<fleet_status>,
+  // (token, watcher): watch: every node's events, plus nodes going up and
+  // down.
+  caf::reacts_to<atom::subscribe, std::string, engine_events_actor>,
+  // (token, peer, its token): a peer's node actor, for this node's own
+  // events only (it relays them; a relay of relays would loop between nodes
+  // that list each other), each sent with the peer's token.
+  caf::reacts_to<atom::subscribe, std::string, node_events_actor, std::string>,
+  // (token, name, here only): kill-link, reconcile, drain, asked of this
+  // node and every reachable peer at once; the owner of the name answers.
+  caf::replies_to<atom::kill, std::string, std::string, bool>::with<link_status>,
+  caf::replies_to<atom::run, std::string, std::string, bool>::with<proxy_status>,
+  caf::replies_to<atom::drain, std::string, std::string, bool, bool>::with<proxy_health>,
+  // (token): reload: this node's own file.
+  caf::replies_to<atom::reload, std::string>::with<std::string>,
+  // Events of this node's fleet (through a local relay) and of the peers',
+  // with the token this node gave each of them.
+  caf::reacts_to<engine_event, std::string>,
+  // Internal: dial the configured peer at this address again (harmless
+  // from anyone: one dial per peer at a time).
   caf::reacts_to<atom::poll, std::string>>;
 
 } // namespace egress

@@ -43,6 +43,7 @@
 #include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/admission.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
 #include "runtime/engine.hpp"
@@ -188,15 +189,24 @@ public:
                   << sys_.render(h.error()) << "\n";
       return false;
     }
-    // The handshake: the secret (or "" where none is required). A node with
-    // a secret answers nothing else before it.
+    // The handshake: a nonce from the node, the proof that this shell knows
+    // the secret (an HMAC: the secret itself never crosses the wire), and
+    // the token every later request carries. A node without a secret takes
+    // any proof.
     caf::error refused;
-    std::string node;
     {
       caf::scoped_actor self{sys_};
-      self->request(*h, timeout_, atom::hello_v, secret_)
-        .receive([&](std::string& name, inspector_actor&) { node = std::move(name); },
+      std::string nonce;
+      self->request(*h, timeout_, atom::hello_v)
+        .receive([&](std::string& n) { nonce = std::move(n); },
                  [&](caf::error& err) { refused = std::move(err); });
+      if (!refused)
+        self->request(*h, timeout_, atom::hello_v, nonce, admission::proof(secret_, nonce))
+          .receive([&](std::string& name, std::string& token) {
+                     node_ = std::move(name);
+                     token_ = std::move(token);
+                   },
+                   [&](caf::error& err) { refused = std::move(err); });
     }
     if (refused) {
       std::cerr << "caf-shell: the engine at " << where() << " refused this shell: "
@@ -208,11 +218,14 @@ public:
     return true;
   }
 
-  /// Connect with TLS (caf::openssl) and present this secret in the hello.
+  /// Connect with TLS (caf::openssl) and prove this secret in the hello.
   bool tls_ = false;
   std::string secret_;
+  std::string node_;  // the attached node's name (hello)
+  std::string token_; // what every request carries (hello)
 
   std::string where() const { return host_ + ":" + std::to_string(port_); }
+  const std::string& node() const { return node_; }
   const std::set<std::string>& names() const { return names_; }
 
   /// Runs one command line; false when it failed (the reason is printed).
@@ -250,7 +263,7 @@ public:
     }
     if (w[0] == "status") {
       auto out = ask<fleet_status>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::status_v);
+        return self->request(inspector_, timeout_, atom::status_v, token_);
       });
       if (!out)
         return false;
@@ -275,7 +288,7 @@ public:
         return fail("usage: " + w[0] + " <proxy>");
       bool drained = w[0] == "drain";
       auto out = ask<proxy_health>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::drain_v, w[1], drained);
+        return self->request(inspector_, timeout_, atom::drain_v, token_, w[1], drained, false);
       });
       if (!out)
         return false;
@@ -293,7 +306,7 @@ public:
       if (w.size() != 2)
         return fail("usage: reconcile <proxy>");
       auto out = ask<proxy_status>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::run_v, w[1]);
+        return self->request(inspector_, timeout_, atom::run_v, token_, w[1], false);
       });
       if (!out)
         return false;
@@ -312,7 +325,7 @@ public:
       if (w.size() != 1)
         return fail("usage: reload (the engine re-reads its own configuration file)");
       auto out = ask<std::string>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::reload_v);
+        return self->request(inspector_, timeout_, atom::reload_v, token_);
       });
       if (!out)
         return false;
@@ -326,7 +339,7 @@ public:
       if (w.size() != 2)
         return fail("usage: kill-link <host>");
       auto out = ask<link_status>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::kill_v, w[1]);
+        return self->request(inspector_, timeout_, atom::kill_v, token_, w[1], false);
       });
       if (!out)
         return false;
@@ -371,7 +384,7 @@ private:
     {
       caf::scoped_actor self{sys_};
       self->monitor(inspector_);
-      self->send(inspector_, atom::subscribe_v, printer);
+      self->send(inspector_, atom::subscribe_v, token_, printer);
       if (!json_)
         std::cerr << "caf-shell: watching " << (filter.empty() ? "everything" : filter)
                   << " (Ctrl-C ends it)\n";
@@ -390,7 +403,7 @@ private:
               return;
             }
             self->monitor(inspector_);
-            self->send(inspector_, atom::subscribe_v, printer);
+            self->send(inspector_, atom::subscribe_v, token_, printer);
           },
           caf::after(std::chrono::milliseconds(200)) >> [&] {
             done = interrupted
@@ -438,7 +451,7 @@ private:
 
   std::optional<std::vector<actor_entry>> ask_ls(const std::string& kind) {
     auto out = ask<std::vector<actor_entry>>([&](caf::scoped_actor& self) {
-      return self->request(inspector_, timeout_, atom::ls_v, kind);
+      return self->request(inspector_, timeout_, atom::ls_v, token_, kind, false);
     });
     if (!out)
       return std::nullopt;
@@ -549,7 +562,7 @@ int repl(shell& sh) {
   rl_attempted_completion_function = complete;
   std::cout << "caf-shell: attached to " << sh.where() << " (help lists the commands)\n";
   sh.run("ls");
-  std::string prompt = "engine@" + sh.where() + "> ";
+  std::string prompt = sh.node() + "@" + sh.where() + "> ";
   while (char* raw = readline(prompt.c_str())) {
     std::string line = raw;
     std::free(raw);

@@ -440,13 +440,18 @@ void check_inspect(problems& out, const engine_config& cfg) {
     return;
   check_range(out, "engine.inspect.port", l.port, range{0, 65'535});
   auto lo = is_loopback(out, "engine.inspect", l);
-  if (lo && !*lo && !(l.tls && !cfg.inspect_secret.empty()))
+  // A secret-file that is set but unusable has its own problem reported.
+  bool secret = !cfg.inspect_secret.empty() || !l.secret_file.empty();
+  if (lo && !*lo && !(l.tls && secret))
     out.add("engine.inspect.address",
             lv::quote(l.address) + " is not a loopback address: plain CAF (BASP) "
             "authenticates no one, so binding elsewhere requires tls = true (with CAF's "
             "openssl.certificate, openssl.key and openssl.cafile) and secret-file (the secret "
-            "every shell and peer presents); or use 127.0.0.1 and an SSH tunnel, or "
-            "inspect = { enabled = false }");
+            "every shell and peer proves it knows); missing: "
+            + std::string{!l.tls && !secret ? "tls = true, secret-file"
+                          : !l.tls          ? "tls = true"
+                                            : "secret-file"}
+            + "; or use 127.0.0.1 and an SSH tunnel, or inspect = { enabled = false }");
   if (l.tls) {
     std::vector<std::string> missing;
     if (cfg.tls.certificate.empty())

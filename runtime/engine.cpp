@@ -19,8 +19,8 @@ void configure(caf::actor_system_config& cfg) {
   // serializable too. (It is an interface of messages/actors.hpp, which
   // includes the type-ID block, so it is announced here.)
   cfg.add_message_type<engine_events_actor>("egress::engine_events_actor");
-  // A node's inspector travels to its peers in the hello.
-  cfg.add_message_type<inspector_actor>("egress::inspector_actor");
+  // A node actor subscribes at its peers as a receiver of their events.
+  cfg.add_message_type<node_events_actor>("egress::node_events_actor");
   // Work sharing, not CAF's default work stealing: an idle stealing worker
   // polls its peers, sleeping 50 us between up to 500 attempts after every
   // message, and the engine's message rate (polls, probes, status) kept all
@@ -59,10 +59,9 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
     std::signal(SIGPIPE, SIG_IGN);
   auto reread = hooks.reread_config;
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
-  auto gate = std::make_shared<admission>(cfg.inspect_secret);
   auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)},
-                     std::move(reread), gate);
-  auto n = sys.spawn(make_node, cfg.node, i, cfg.peers, gate, cfg.inspect.tls);
+                     std::move(reread));
+  auto n = sys.spawn(make_node, cfg.node, i, cfg.peers, cfg.inspect_secret, cfg.inspect.tls);
   return engine{sys, std::move(f), std::move(i), std::move(n), std::move(cfg)};
 }
 

@@ -7,6 +7,8 @@
 
 #include <openssl/evp.h>
 
+#include "providers/crypto/secret.hpp"
+
 namespace egress::mirror {
 
 namespace {
@@ -61,14 +63,7 @@ std::string sha256::hex() const {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   check(EVP_DigestFinal_ex(copy.get(), md, &len), "EVP_DigestFinal_ex");
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * len);
-  for (unsigned i = 0; i < len; ++i) {
-    out += digits[md[i] >> 4];
-    out += digits[md[i] & 0xf];
-  }
-  return out;
+  return crypto::to_hex(md, len);
 }
 
 std::string sha256_hex(std::string_view data) {

@@ -27,6 +27,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/admission.hpp"
 #include "actors/inspector.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/testbed.hpp"
@@ -381,7 +382,7 @@ BOOST_FIXTURE_TEST_CASE(spec_19_a_wedged_actor_shows_as_no_reply_within_the_time
   dir.push_back({{"proxy", "stuck", "running", "", "", {}, ""}, wedged});
   dir.push_back({{"proxy", "fine", "running", "", "", {}, ""}, fine});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
-  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{}, admission_ptr{});
+  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
   auto t0 = std::chrono::steady_clock::now();
   std::vector<actor_entry> got;
@@ -422,7 +423,7 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   dir.push_back({{"image", "base@hv2", "fetching", "", "", {}, ""}, wedged});
   dir.push_back({{"proxy", "px-1", "running", "", "", {}, ""}, owner});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
-  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{}, admission_ptr{});
+  auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
   std::vector<actor_entry> got;
   self->request(insp, 5s, atom::ls_v, std::string{"call"})
@@ -653,7 +654,7 @@ BOOST_AUTO_TEST_CASE(spec_22_two_nodes_inspected_from_one_shell_and_one_killed) 
   BOOST_CHECK(left.contains("node-a link hv-a"));
   BOOST_CHECK(left.contains("node-b node node-b"));
   BOOST_CHECK(!left.contains("node-b link hv-b"));
-  BOOST_CHECK_MESSAGE(took < 1500ms, ms(took)); // generous: a down node is not asked
+  BOOST_CHECK_MESSAGE(took < 2500ms, ms(took)); // generous (a whole shell): not the 3 s
   BOOST_CHECK(a.proc.alive());
   BOOST_TEST_MESSAGE("stopped node-b: own kill-link " << ms(own_took) << " ms, ls nodes "
                      << ms(ls_took) << " ms, reported down after " << ms(silent_down)
@@ -669,7 +670,22 @@ BOOST_AUTO_TEST_CASE(spec_22_two_nodes_inspected_from_one_shell_and_one_killed) 
 // with TLS (certificates of one CA checked on both sides) and the shared
 // secret. caf-run runs in a network namespace and binds the namespace's own
 // address; the shell reaches it over the veth pair from outside.
-BOOST_AUTO_TEST_CASE(spec_20_off_loopback_the_inspector_needs_tls_and_the_secret) {
+namespace {
+
+// A network namespace needs root; the certificates need the openssl tool
+// (scripts/install-deps installs it; CI runs as root). Skipped, and said so,
+// elsewhere, without skipping the rest of this suite.
+boost::test_tools::assertion_result may_use_netns_and_openssl(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result r{::geteuid() == 0 && ::access("/usr/bin/openssl", X_OK) == 0};
+  if (!r)
+    r.message() << "needs root (a network namespace) and /usr/bin/openssl";
+  return r;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(spec_20_off_loopback_the_inspector_needs_tls_and_the_secret,
+                     *boost::unit_test::precondition(may_use_netns_and_openssl)) {
   testbed::temp_dir dir{"tls"};
   auto ssl = [&](std::vector<std::string> args) {
     args.insert(args.begin(), "openssl");
@@ -762,16 +778,81 @@ BOOST_AUTO_TEST_CASE(spec_20_off_loopback_the_inspector_needs_tls_and_the_secret
                           && r.output.find("wrong secret") != std::string::npos,
                         r.output);
   }
-  BOOST_CHECK(d.log().find("refused a hello with a wrong secret") != std::string::npos);
-  // A certificate of another CA, or no TLS at all: no connection.
+  BOOST_CHECK(d.log().find("refused a hello: wrong secret") != std::string::npos);
+  // A certificate of another CA, or no TLS at all: no connection (refused
+  // in the TLS handshake, or no BASP answer at all).
   for (auto& args : {with(tls_as("stranger"), {"--secret-file=" + good, "-c", "status"}),
                      std::vector<std::string>{"--secret-file=" + good, "--timeout=3000", "-c",
                                               "status"}}) {
     auto r = d.shell(args);
     BOOST_CHECK_EQUAL(r.exit_code, 1);
-    BOOST_CHECK_MESSAGE(r.output.find("\"entry\"") == std::string::npos, r.output);
+    BOOST_CHECK_MESSAGE(r.output.find("cannot reach the engine") != std::string::npos
+                          || r.output.find("no answer from") != std::string::npos,
+                        r.output);
   }
   d.proc.signal(SIGINT);
   BOOST_CHECK(test::eventually([&] { return !d.proc.alive(); }, 15s));
   BOOST_CHECK_MESSAGE(d.log().find("stopped cleanly") != std::string::npos, d.log());
+}
+
+// The node actor trusts no sender, only the token a hello gave out: BASP
+// lets a connected party name any sender, this node's own actors included
+// (a review forged one). Here the most trusted sender there is, an actor of
+// the engine's own process, is refused without a token; with the proof of
+// the secret it gets one, and a wrong proof or a replayed nonce gets none.
+BOOST_FIXTURE_TEST_CASE(spec_20_the_node_answers_tokens_not_senders, test::engine_fixture) {
+  auto cfg = test::test_config("tokens");
+  cfg.hosts.push_back(test::test_host("hv1"));
+  cfg.proxies.push_back(test::test_proxy("tk-1", "hv1"));
+  cfg.inspect_secret = "correct horse battery staple";
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  test::stop_on_exit guard{eng};
+  caf::scoped_actor self{*sys};
+  auto node = eng->node();
+  caf::error err;
+  std::vector<actor_entry> xs;
+  auto ls = [&](const std::string& token) {
+    err = caf::error{};
+    xs.clear();
+    self->request(node, 5s, atom::ls_v, token, std::string{"proxy"}, false)
+      .receive([&](std::vector<actor_entry>& r) { xs = std::move(r); },
+               [&](caf::error& e) { err = std::move(e); });
+  };
+  ls("");
+  BOOST_CHECK(err == ec::access_denied);
+  ls("0123456789abcdef0123456789abcdef");
+  BOOST_CHECK(err == ec::access_denied);
+  auto hello = [&](const std::string& secret, std::string nonce = {}) {
+    if (nonce.empty())
+      self->request(node, 5s, atom::hello_v).receive([&](std::string& n) { nonce = n; },
+                                                     [&](caf::error& e) { BOOST_FAIL(render(e)); });
+    std::string token;
+    err = caf::error{};
+    self->request(node, 5s, atom::hello_v, nonce, admission::proof(secret, nonce))
+      .receive([&](std::string&, std::string& t) { token = t; },
+               [&](caf::error& e) { err = std::move(e); });
+    return std::pair{token, nonce};
+  };
+  auto [none, n1] = hello("correct horse battery stapler");
+  BOOST_CHECK(none.empty() && err == ec::access_denied);
+  auto [token, n2] = hello("correct horse battery staple");
+  BOOST_REQUIRE_MESSAGE(!token.empty(), render(err));
+  auto [replayed, n3] = hello("correct horse battery staple", n2);
+  BOOST_CHECK(replayed.empty() && err == ec::access_denied);
+  BOOST_REQUIRE(test::eventually([&] {
+    ls(token);
+    return !err && xs.size() == 1;
+  }, 10s));
+  BOOST_CHECK_EQUAL(xs[0].name, "tk-1");
+  // Commands, status and reload take the same token.
+  self->request(node, 5s, atom::kill_v, std::string{"bogus"}, std::string{"hv1"}, false)
+    .receive([&](link_status&) { BOOST_FAIL("killed without a token"); },
+             [&](caf::error& e) { BOOST_CHECK(e == ec::access_denied); });
+  self->request(node, 5s, atom::status_v, std::string{})
+    .receive([&](fleet_status&) { BOOST_FAIL("status without a token"); },
+             [&](caf::error& e) { BOOST_CHECK(e == ec::access_denied); });
+  self->request(node, 5s, atom::status_v, token)
+    .receive([&](fleet_status& st) { BOOST_CHECK_EQUAL(st.entry, "tokens"); },
+             [&](caf::error& e) { BOOST_FAIL(render(e)); });
 }
