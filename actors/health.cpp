@@ -158,7 +158,7 @@ void start_batch(health_pointer self, const std::string& host, health_host& h,
   auto bound = (st.opts.probe.timeout + std::chrono::milliseconds(500))
                  * static_cast<int64_t>(items->size())
                + std::chrono::seconds(1);
-  auto call = spawn_call(self->system(), host, std::move(work));
+  auto call = st.calls.spawn(self, host, std::move(work));
   auto names = *items;
   self->request(call, bound, atom::run_v)
     .then(
@@ -167,7 +167,8 @@ void start_batch(health_pointer self, const std::string& host, health_host& h,
         if (b)
           on_batch(self, host, *b);
       },
-      [self, host, names, prober](caf::error& err) {
+      [self, host, names, prober, addr = call.address()](caf::error& err) {
+        self->state.calls.abandon(addr, "probe batch past its bound: " + render(err));
         prober->kill();
         auto failed = names;
         for (auto& it : failed)
@@ -224,7 +225,10 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
   self->state.opts = std::move(opts);
   if (self->state.opts.probe.mode != "off")
     self->send(self, atom::poll_v);
+  self->state.calls.set_owner("health");
   self->set_down_handler([self](const caf::down_msg& msg) {
+    if (self->state.calls.ended(msg))
+      return;
     auto& subs = self->state.subscribers;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
                               [&](const rotation_events_actor& s) {
@@ -234,6 +238,7 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
   });
   return {
     [self](proxy_status& s) { update_target(self, s); },
+    [self](atom::ls) { return self->state.calls.entries(); },
     [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
       auto& st = self->state;
       auto i = st.targets.find(name);

@@ -23,6 +23,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/call_ledger.hpp"
 #include "messages/actors.hpp"
 #include "providers/probe/probe.hpp"
 #include "runtime/config.hpp"
@@ -64,6 +65,7 @@ struct health_state {
   std::map<std::string, health_host> hosts;
   std::vector<rotation_events_actor> subscribers;
   uint32_t rotation_size = 0;
+  call_ledger calls; // the probe batches in flight (caf-shell ls calls)
 };
 
 using health_pointer = health_actor::stateful_pointer<health_state>;

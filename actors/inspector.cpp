@@ -172,9 +172,11 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
             auto job = std::make_shared<ls_job>();
             job->promise = rp;
             for (auto& d : dir) {
-              // The detached calls are the links' and images' to report.
+              // The detached calls are the links', images' and health
+              // actor's to report.
               if ((kind.empty() || kind == "call")
-                  && (d.entry.kind == "link" || d.entry.kind == "image"))
+                  && (d.entry.kind == "link" || d.entry.kind == "image"
+                      || d.entry.kind == "health"))
                 job->owners.push_back(d);
               if (kind.empty() || d.entry.kind == kind) {
                 job->entries.push_back(std::move(d.entry));

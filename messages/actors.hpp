@@ -139,6 +139,8 @@ using health_actor = caf::typed_actor<
   // Adds a subscriber for rotation events (kept until it terminates).
   caf::reacts_to<atom::subscribe, rotation_events_actor>,
   caf::replies_to<atom::status>::with<std::vector<proxy_health>>,
+  // Its probe batches' detached calls (kind "call"), like a link's.
+  caf::replies_to<atom::ls>::with<std::vector<actor_entry>>,
   // Drain (true) takes a proxy out of the rotation and keeps it out, probes
   // going on; undrain (false) lets it back on its probes' verdict.
   caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,

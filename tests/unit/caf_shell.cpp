@@ -28,6 +28,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/admission.hpp"
+#include "actors/health.hpp"
 #include "actors/inspector.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/testbed.hpp"
@@ -444,6 +445,51 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   for (auto a : {caf::actor_cast<caf::actor>(insp), caf::actor_cast<caf::actor>(fleet), owner})
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   self->wait_for(wedged);
+}
+
+// ls calls lists the health actor's probe batches too: a "proxy" that
+// accepts and never answers keeps its batch's detached call in flight for
+// the probe timeout, and the health actor lists it with its job and host.
+BOOST_FIXTURE_TEST_CASE(ls_calls_lists_the_health_actors_probe_batches, test::engine_fixture) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  BOOST_REQUIRE(::listen(fd, 8) == 0); // accepts (the kernel does), never answers
+  BOOST_REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  health_options o;
+  o.probe.mode = "http";
+  o.probe.target = "http://egress.test/";
+  o.probe.timeout = 3s;
+  o.probe.interval = 5s;
+  o.prober_for = [](const std::string&) { return probe::direct_tcp(); };
+  auto health = sys->spawn(make_health, o);
+  proxy_status px;
+  px.name = "px-silent";
+  px.host = "hv1";
+  px.phase = proxy_phase::running;
+  px.address = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  caf::anon_send(health, px);
+  caf::scoped_actor self{*sys};
+  std::vector<actor_entry> calls;
+  BOOST_CHECK(test::eventually([&] {
+    self->request(health, 2s, atom::ls_v)
+      .receive([&](std::vector<actor_entry>& xs) { calls = std::move(xs); },
+               [&](caf::error& err) { BOOST_FAIL(render(err)); });
+    return calls.size() == 1;
+  }, 5s));
+  if (calls.size() == 1) {
+    BOOST_CHECK_EQUAL(calls[0].kind, "call");
+    auto& d = calls[0].details;
+    BOOST_CHECK(std::find(d.begin(), d.end(), "call: probe 1 proxy(ies)") != d.end());
+    BOOST_CHECK(std::find(d.begin(), d.end(), "host: hv1") != d.end());
+    BOOST_CHECK(std::find(d.begin(), d.end(), "owner: health") != d.end());
+  }
+  caf::anon_send_exit(health, caf::exit_reason::user_shutdown);
+  self->wait_for(health);
+  ::close(fd);
 }
 
 // reload: the engine re-reads its own file (never a config sent by the
