@@ -11,6 +11,7 @@
 
 #include "actors/proxy.hpp" // now_rfc3339
 #include "messages/error.hpp"
+#include "providers/crypto/secret.hpp"
 #include "runtime/config.hpp"
 #include "runtime/log.hpp"
 
@@ -69,7 +70,7 @@ void want_events(node_pointer self) {
     // token only. A relay that never leaves this process (so nothing
     // outside can address it) adds the token.
     auto node = caf::actor_cast<node_actor>(self);
-    auto token = st.gate.own_token();
+    auto token = st.gate.own_events_token();
     st.relay = self->spawn([node, token]() -> engine_events_actor::behavior_type {
       return {[node, token](engine_event& e) { caf::anon_send(node, std::move(e), token); }};
     });
@@ -81,7 +82,7 @@ void want_events(node_pointer self) {
   auto me = caf::actor_cast<node_events_actor>(self);
   for (auto& p : st.peers)
     if (p.at == phase::up && !p.events) {
-      self->send(p.front, atom::subscribe_v, p.token, me, st.gate.events_token());
+      self->send(p.front, atom::subscribe_v, p.token, me, st.gate.events_token(p.address));
       p.events = true;
     }
 }
@@ -91,7 +92,7 @@ void want_events(node_pointer self) {
 void schedule_dial(node_pointer self, node_peer& p) {
   auto& st = self->state;
   p.backoff = p.backoff.count() == 0 ? st.redial_min : std::min(p.backoff * 2, st.redial_max);
-  self->delayed_send(self, p.backoff, atom::poll_v, p.address);
+  self->delayed_send(self, p.backoff, atom::poll_v, st.gate.own_events_token(), p.address);
 }
 
 void enter(node_pointer self, node_peer& p, phase next, std::string why) {
@@ -165,11 +166,19 @@ void dial(node_pointer self, size_t i) {
                                       "this version");
         auto front = caf::actor_cast<node_actor>(std::move(ptr));
         auto t = self->state.timeout;
-        self->request(front, t, atom::hello_v)
+        auto mine = crypto::random_hex(16);
+        self->request(front, t, atom::hello_v, mine)
           .then(
-            [self, i, front, t](std::string& nonce) {
-              auto proof = admission::proof(self->state.gate.secret(), nonce);
-              self->request(front, t, atom::hello_v, nonce, proof)
+            [self, i, front, t, mine](std::string& theirs, std::string& their_proof) {
+              // The peer proves first: a node that does not know the
+              // secret gets no proof of ours.
+              auto& secret = self->state.gate.secret();
+              if (!crypto::equal_constant_time(their_proof,
+                                               admission::proof(secret, "node", mine, theirs)))
+                return dial_failed(self, i, "it does not prove the shared secret "
+                                            "(engine.inspect.secret-file differs)");
+              self->request(front, t, atom::hello_v, theirs, mine,
+                            admission::proof(secret, "party", theirs, mine))
                 .then(
                   [self, i, front](std::string& name, std::string& token) {
                     joined(self, i, front, std::move(name), std::move(token));
@@ -185,6 +194,8 @@ void dial(node_pointer self, size_t i) {
 
 void lost(node_pointer self, size_t i, const caf::error& reason) {
   auto& p = self->state.peers[i];
+  self->demonitor(p.front.address());
+  self->state.gate.revoke_events(p.address);
   p.front = nullptr;
   p.token.clear();
   p.events = false;
@@ -195,6 +206,17 @@ void lost(node_pointer self, size_t i, const caf::error& reason) {
   enter(self, p, phase::down,
         "connection lost (" + (reason ? render(reason) : std::string{"its node stopped"}) + ")");
   schedule_dial(self, p);
+}
+
+/// A peer that no longer takes our token (it restarted its admission, or
+/// let the token go as its idlest) is dialed again for a new one.
+void rehello_if_refused(node_pointer self, const std::string& address, const caf::error& err) {
+  if (!is(err, ec::access_denied))
+    return;
+  auto& ps = self->state.peers;
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].address == address && ps[i].at == phase::up)
+      lost(self, i, err);
 }
 
 // -- ls ------------------------------------------------------------------------------
@@ -266,9 +288,9 @@ struct listing {
 /// This node's own actors (a peer's "here only" listing): the inspector's
 /// answer, delivered by this actor (only it talks to other processes).
 caf::result<std::vector<actor_entry>> list_here(node_pointer self, std::string kind) {
-  auto rp = self->make_response_promise<std::vector<actor_entry>>();
   if (kind == "node")
     return std::vector<actor_entry>{}; // the asking node lists the nodes
+  auto rp = self->make_response_promise<std::vector<actor_entry>>();
   self->request(self->state.inspector, self->state.timeout, atom::ls_v, kind)
     .then(
       [self, rp](std::vector<actor_entry>& xs) mutable {
@@ -312,9 +334,9 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
     if (only_nodes)
       // A peer's liveness without listing its fleet: a nonce from its node
       // actor (the cheapest question it answers).
-      self->request(p.front, t, atom::hello_v)
+      self->request(p.front, t, atom::hello_v, crypto::random_hex(16))
         .then(
-          [l, done, at = i + 1](std::string&) {
+          [l, done, at = i + 1](std::string&, std::string&) {
             l->nodes[at].liveness = "ok " + millis(clock_type::now() - l->sent);
             done();
           },
@@ -322,7 +344,10 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
     else
       self->request(p.front, t, atom::ls_v, p.token, kind, true)
         .then([l, done, at = i + 1](std::vector<actor_entry>& xs) { l->take(at, xs), done(); },
-              failed);
+              [self, failed, addr = p.address](caf::error& err) {
+                rehello_if_refused(self, addr, err);
+                failed(err);
+              });
   }
   if (l->open == 0)
     l->finish();
@@ -357,7 +382,7 @@ struct route_job {
     if (is(err, ec::unknown_name)) {
       if (!first)
         first = err;
-    } else if (err.category() == caf::atom("egress")) {
+    } else if (err.category() == caf::atom("egress") && !is(err, ec::access_denied)) {
       rp.deliver(std::move(err)); // the owner's own failure
       done = true;
       return;
@@ -408,7 +433,10 @@ caf::result<T> routed(node_pointer self, Local local, Remote remote) {
       job->asked.push_back(p.name);
       remote(p.front, p.token)
         .then([job](T& x) { job->answer(x); },
-              [job, node = p.name](caf::error& err) { job->failed(node, err); });
+              [self, job, node = p.name, addr = p.address](caf::error& err) {
+                rehello_if_refused(self, addr, err);
+                job->failed(node, err);
+              });
     }
   return job->rp;
 }
@@ -458,6 +486,16 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
       if (st.peers[i].at == phase::up && st.peers[i].front.address() == msg.source)
         lost(self, i, msg.reason);
   });
+  // CAF handles errors and exit messages before any handler could look at
+  // a token, and both can come from any connected party. An error message
+  // is logged, never fatal; an exit message other than kill (which
+  // engine::stop sends, and which no handler can stop) is ignored.
+  self->set_error_handler([self](caf::error& err) {
+    log::warn("node", self->state.node + ": ignored an error message: " + render(err));
+  });
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    log::warn("node", self->state.node + ": ignored an exit message: " + render(msg.reason));
+  });
   auto refused = [] {
     return make_error(ec::access_denied,
                       "no valid token: say hello with the shared secret first (caf-shell "
@@ -474,15 +512,27 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     want_events(self);
   };
   return {
-    [self](atom::hello) -> std::string { return self->state.gate.challenge(); },
-    [self](atom::hello, std::string& nonce,
+    [self](atom::hello, std::string& party_nonce) -> caf::result<std::string, std::string> {
+      auto [nonce, proof] = self->state.gate.challenge(party_nonce);
+      return {std::move(nonce), std::move(proof)};
+    },
+    [self](atom::hello, std::string& node_nonce, std::string& party_nonce,
            std::string& proof) -> caf::result<std::string, std::string> {
       auto& st = self->state;
-      auto token = st.gate.admit(nonce, proof);
+      auto token = st.gate.admit(node_nonce, party_nonce, proof);
       if (token.empty()) {
-        log::warn("node", st.node + ": refused a hello: wrong secret (or a stale nonce)");
+        // At most one line per 10 s, however many a certificate holder sends.
+        ++st.refused;
+        auto now = clock_type::now();
+        if (now - st.refused_logged > std::chrono::seconds(10)) {
+          log::warn("node", st.node + ": refused " + std::to_string(st.refused)
+                              + " hello(s): wrong secret, or a stale or reused nonce");
+          st.refused = 0;
+          st.refused_logged = now;
+        }
         return make_error(ec::access_denied, "wrong secret for node \"" + st.node
-                                               + "\" (engine.inspect.secret-file)");
+                                               + "\" (engine.inspect.secret-file), or a stale "
+                                                 "nonce");
       }
       return {st.node, std::move(token)};
     },
@@ -563,7 +613,9 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
       if (self->state.gate.valid_for_events(token))
         tell(self, e);
     },
-    [self](atom::poll, std::string& address) {
+    [self](atom::poll, std::string& token, std::string& address) {
+      if (!crypto::equal_constant_time(token, self->state.gate.own_events_token()))
+        return;
       auto& ps = self->state.peers;
       for (size_t i = 0; i < ps.size(); ++i)
         if (ps[i].address == address)

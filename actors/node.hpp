@@ -67,6 +67,8 @@ struct node_state {
   std::vector<node_watcher> watchers;
   engine_events_actor relay; // this node's fleet's events, with the own token
   admission gate;      // the shared secret, and the tokens given out
+  uint64_t refused = 0; // hellos refused since the last warning
+  std::chrono::steady_clock::time_point refused_logged{};
   bool tls = false;    // dial peers through CAF's OpenSSL middleman
   /// How long one node may take to answer a fan-out (a listing, a command).
   caf::timespan timeout = std::chrono::seconds(3);

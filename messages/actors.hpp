@@ -221,16 +221,18 @@ using node_events_actor = caf::typed_actor<caf::reacts_to<engine_event, std::str
 /// to another process. It answers for every node it is connected to and
 /// reports the nodes it cannot reach.
 ///
-/// A party first says hello: it asks for a nonce, proves that it knows the
-/// shared secret (HMAC of the nonce under engine.inspect.secret-file, so the
-/// secret itself never crosses the wire) and gets a token. Every other
-/// request carries that token as its first argument. The sender of a
-/// message is never trusted: BASP lets a connected party name any sender.
-/// Without a configured secret any proof and any token pass.
+/// A party first says hello, a mutual challenge over the shared secret
+/// (engine.inspect.secret-file; see actors/admission.hpp: the secret itself
+/// never crosses the wire) that ends with a token. Every other request
+/// carries that token as its first argument. The sender of a message is
+/// never trusted: BASP lets a connected party name any sender. Without a
+/// configured secret the proofs use the empty secret and any token passes.
 using node_actor = caf::typed_actor<
-  // hello: a fresh nonce; then (nonce, proof) -> (this node's name, token).
-  caf::replies_to<atom::hello>::with<std::string>,
-  caf::replies_to<atom::hello, std::string, std::string>::with<std::string, std::string>,
+  // hello: (party nonce) -> (node nonce, node's proof); then (node nonce,
+  // party nonce, party's proof) -> (this node's name, token).
+  caf::replies_to<atom::hello, std::string>::with<std::string, std::string>,
+  caf::replies_to<atom::hello, std::string, std::string, std::string>::with<std::string,
+                                                                           std::string>,
   // (token, kind, here only): every node's actors of one kind ("" for all,
   // "node" for the nodes themselves: up, dialing, or down since when and
   // why), each with the node it runs on. A node that does not answer in
@@ -255,8 +257,8 @@ using node_actor = caf::typed_actor<
   // Events of this node's fleet (through a local relay) and of the peers',
   // with the token this node gave each of them.
   caf::reacts_to<engine_event, std::string>,
-  // Internal: dial the configured peer at this address again (harmless
-  // from anyone: one dial per peer at a time).
-  caf::reacts_to<atom::poll, std::string>>;
+  // Internal: (own token, address) dial the configured peer at this
+  // address again.
+  caf::reacts_to<atom::poll, std::string, std::string>>;
 
 } // namespace egress

@@ -44,6 +44,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/admission.hpp"
+#include "providers/crypto/secret.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
 #include "runtime/engine.hpp"
@@ -189,24 +190,39 @@ public:
                   << sys_.render(h.error()) << "\n";
       return false;
     }
-    // The handshake: a nonce from the node, the proof that this shell knows
-    // the secret (an HMAC: the secret itself never crosses the wire), and
-    // the token every later request carries. A node without a secret takes
-    // any proof.
+    // The handshake (actors/admission.hpp): the node proves the secret
+    // first, so this shell proves nothing to something that does not know
+    // it; then this shell proves it and gets the token every later request
+    // carries. Without a secret on either side both prove the empty one.
     caf::error refused;
     {
       caf::scoped_actor self{sys_};
-      std::string nonce;
-      self->request(*h, timeout_, atom::hello_v)
-        .receive([&](std::string& n) { nonce = std::move(n); },
-                 [&](caf::error& err) { refused = std::move(err); });
+      auto mine = crypto::random_hex(16);
+      std::string theirs, their_proof;
+      self->request(*h, timeout_, atom::hello_v, mine)
+        .receive(
+          [&](std::string& n, std::string& p) {
+            theirs = std::move(n);
+            their_proof = std::move(p);
+          },
+          [&](caf::error& err) { refused = std::move(err); });
+      if (!refused
+          && !crypto::equal_constant_time(their_proof,
+                                          admission::proof(secret_, "node", mine, theirs)))
+        refused = make_error(ec::access_denied,
+                             secret_.empty()
+                               ? "the node requires the shared secret: --secret-file=FILE"
+                               : "the node does not prove this secret (is --secret-file the "
+                                 "node's engine.inspect.secret-file?)");
       if (!refused)
-        self->request(*h, timeout_, atom::hello_v, nonce, admission::proof(secret_, nonce))
-          .receive([&](std::string& name, std::string& token) {
-                     node_ = std::move(name);
-                     token_ = std::move(token);
-                   },
-                   [&](caf::error& err) { refused = std::move(err); });
+        self->request(*h, timeout_, atom::hello_v, theirs, mine,
+                      admission::proof(secret_, "party", theirs, mine))
+          .receive(
+            [&](std::string& name, std::string& token) {
+              node_ = std::move(name);
+              token_ = std::move(token);
+            },
+            [&](caf::error& err) { refused = std::move(err); });
     }
     if (refused) {
       std::cerr << "caf-shell: the engine at " << where() << " refused this shell: "
@@ -436,9 +452,12 @@ private:
       }
       if (out)
         return out;
+      // access_denied: the node no longer knows our token (it restarted,
+      // or let the idlest tokens go); a new hello gets a new one.
       bool lost = failed == caf::sec::request_receiver_down
                   || failed == caf::sec::remote_linking_failed
-                  || failed == caf::sec::no_route_to_receiving_node;
+                  || failed == caf::sec::no_route_to_receiving_node
+                  || is(failed, ec::access_denied);
       if (!lost || attempt == 1) {
         fail("the engine at " + where() + " answered: " + render(failed));
         return std::nullopt;

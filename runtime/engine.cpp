@@ -117,8 +117,10 @@ caf::error engine::stop(caf::timespan timeout) {
   fleet_ = nullptr;
   // Explicitly: a handle that went to a remote shell keeps an actor alive
   // otherwise, and the actor system's destructor would wait for it.
+  // kill: the node actor ignores every other exit message (any connected
+  // party can send one).
   if (node_)
-    caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(node_, caf::exit_reason::kill);
   node_ = nullptr;
   if (inspector_)
     caf::anon_send_exit(inspector_, caf::exit_reason::user_shutdown);
