@@ -18,6 +18,7 @@
 //   - (b) caf-shell: `caf-shell 127.0.0.1:PORT -c "ls proxies" --json`, the
 //     binary next to this one, output to /dev/null (median and max wall time
 //     of 5; each must exit 0)
+//   - (c) the same without --json: the table a person reads
 // then the ratios large/small and the large fleet's figures against the
 // issue's goal (ls proxies round trip <= 200 ms with 10,000 proxies).
 //
@@ -129,7 +130,8 @@ struct fleet_figures {
   std::vector<double> directory;  // fleet ls, in process
   std::vector<double> local;      // inspector ls proxy, in process
   std::vector<double> client;     // (a) through the middleman
-  std::vector<double> shell;      // (b) caf-shell process
+  std::vector<double> shell;      // (b) caf-shell process, --json
+  std::vector<double> table;      // (c) caf-shell process, the table
   size_t answer_entries = 0;
   size_t answer_bytes = 0;
   size_t not_ok = 0;              // probes without an "ok" in the last answer
@@ -286,6 +288,16 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
       out.ok = false;
     }
   }
+  // (c) The same for a person: the table, no JSON.
+  for (int i = 0; i < shell_runs; ++i) {
+    auto q0 = steady_clock::now();
+    int rc = run_quiet({shell, target, "-c", "ls proxies"});
+    out.table.push_back(ms(steady_clock::now() - q0));
+    if (rc != 0) {
+      std::fprintf(stderr, "%s: %s exited with %d\n", prefix.c_str(), shell.c_str(), rc);
+      out.ok = false;
+    }
+  }
 
   sys.middleman().unpublish(eng->node(), *port);
   if (auto err = eng->stop(seconds(60)))
@@ -306,6 +318,8 @@ void print_fleet(const char* label, const fleet_figures& f) {
               f.answer_entries, f.answer_bytes / 1024.0, f.slowest_probe_ms, f.not_ok);
   std::printf("    (b) caf-shell -c \"ls proxies\" --json: median %8.2f ms, max %8.2f ms (%zu runs)\n",
               median(f.shell), maximum(f.shell), f.shell.size());
+  std::printf("    (c) caf-shell -c \"ls proxies\":        median %8.2f ms, max %8.2f ms (%zu runs)\n",
+              median(f.table), maximum(f.table), f.table.size());
 }
 
 double ratio(double a, double b) {
@@ -352,20 +366,23 @@ int main(int argc, char** argv) {
   if (!lo.ok || !hi.ok || hi.n == 0)
     return 1;
   std::printf("  %zu vs %zu proxies (x%.0f): directory x%.1f, in-process ls x%.1f,"
-              " (a) x%.1f, (b) x%.1f\n",
+              " (a) x%.1f, (b) x%.1f, (c) x%.1f\n",
               n, small, ratio(double(n), double(small)),
               ratio(median(hi.directory), median(lo.directory)),
               ratio(median(hi.local), median(lo.local)),
               ratio(median(hi.client), median(lo.client)),
-              ratio(median(hi.shell), median(lo.shell)));
+              ratio(median(hi.shell), median(lo.shell)),
+              ratio(median(hi.table), median(lo.table)));
   if (n > small)
-    std::printf("  per extra proxy: (a) %.1f us, (b) %.1f us\n",
+    std::printf("  per extra proxy: (a) %.1f us, (b) %.1f us, (c) %.1f us\n",
                 1000 * (median(hi.client) - median(lo.client)) / double(n - small),
-                1000 * (median(hi.shell) - median(lo.shell)) / double(n - small));
+                1000 * (median(hi.shell) - median(lo.shell)) / double(n - small),
+                1000 * (median(hi.table) - median(lo.table)) / double(n - small));
   std::printf("  goal: ls proxies round trip <= %.0f ms with 10,000 proxies%s\n", goal_ms,
               n == goal_proxies ? "" : " (this run has a different N)");
-  std::printf("    (a) median %.2f ms = %.2fx the goal; (b) median %.2f ms = %.2fx the goal\n",
+  std::printf("    (a) median %.2f ms = %.2fx the goal; (b) median %.2f ms = %.2fx the goal;"
+              " (c) median %.2f ms = %.2fx the goal\n",
               median(hi.client), median(hi.client) / goal_ms, median(hi.shell),
-              median(hi.shell) / goal_ms);
+              median(hi.shell) / goal_ms, median(hi.table), median(hi.table) / goal_ms);
   return 0;
 }
