@@ -140,20 +140,6 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
   };
 }
 
-/// The fleet's answer, delivered by the inspector itself. Not delegate():
-/// that has the fleet answer the requester directly, and the fleet must
-/// never send to another process (an actor that does becomes addressable
-/// from there by its id; see actors/admission.hpp). Only the node actor
-/// asks the inspector, today, but an embedding application may not.
-template <class T, class... Ts>
-caf::result<T> ask_fleet(inspector_pointer self, Ts... xs) {
-  auto rp = self->make_response_promise<T>();
-  self->request(self->state.fleet, std::chrono::seconds(5), std::move(xs)...)
-    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-  return rp;
-}
-
 } // namespace
 
 inspector_actor::behavior_type
@@ -189,7 +175,7 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
       return rp;
     },
     [self](atom::status) -> caf::result<fleet_status> {
-      return ask_fleet<fleet_status>(self, atom::status_v);
+      return self->delegate(self->state.fleet, atom::status_v);
     },
     [self](atom::subscribe, engine_events_actor& watcher) {
       // The fleet sends to its watchers itself: the node actor subscribes a
@@ -197,10 +183,10 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
       self->send(self->state.fleet, atom::subscribe_v, std::move(watcher));
     },
     [self](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
-      return ask_fleet<proxy_health>(self, atom::drain_v, std::move(proxy), drained);
+      return self->delegate(self->state.fleet, atom::drain_v, std::move(proxy), drained);
     },
     [self](atom::run, std::string proxy) -> caf::result<proxy_status> {
-      return ask_fleet<proxy_status>(self, atom::run_v, std::move(proxy));
+      return self->delegate(self->state.fleet, atom::run_v, std::move(proxy));
     },
     [self](atom::reload) -> caf::result<std::string> {
       auto& st = self->state;
@@ -232,7 +218,7 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
       return rp;
     },
     [self](atom::kill, std::string host) -> caf::result<link_status> {
-      return ask_fleet<link_status>(self, atom::kill_v, std::move(host));
+      return self->delegate(self->state.fleet, atom::kill_v, std::move(host));
     },
   };
 }

@@ -451,6 +451,24 @@ caf::result<T> here(node_pointer self, Local local) {
   return rp;
 }
 
+/// A command that names a host or a proxy: this node's inspector gets
+/// (atom, args...), a reachable peer's node actor (atom, its token,
+/// args..., here only); a peer's own "here only" request asks this node
+/// alone.
+template <class T, class Atom, class... Ts>
+caf::result<T> command(node_pointer self, bool here_only, Atom atom, Ts... xs) {
+  auto t = self->state.timeout;
+  auto local = [self, t, atom, xs...](const inspector_actor& i) {
+    return self->request(i, t, atom, xs...);
+  };
+  if (here_only)
+    return here<T>(self, local);
+  return routed<T>(self, local, [self, t, atom, xs...](const node_actor& n,
+                                                       const std::string& token) {
+    return self->request(n, t, atom, token, xs..., true);
+  });
+}
+
 } // namespace
 
 node_actor::behavior_type make_node(node_pointer self, std::string node,
@@ -501,7 +519,6 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
                       "no valid token: say hello with the shared secret first (caf-shell "
                       "--secret-file=FILE; a peer node uses its engine.inspect.secret-file)");
   };
-  auto timeout = st.timeout;
   auto watch = [self](node_watcher w) {
     auto& ws = self->state.watchers;
     auto addr = w.address();
@@ -558,48 +575,23 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
       if (self->state.gate.valid(token))
         watch({{}, std::move(w), std::move(reply)});
     },
-    [self, refused, timeout](atom::kill, std::string& token, std::string& host,
-                             bool here_only) -> caf::result<link_status> {
+    [self, refused](atom::kill, std::string& token, std::string& host,
+                    bool here_only) -> caf::result<link_status> {
       if (!self->state.gate.valid(token))
         return refused();
-      auto local = [self, host, timeout](const inspector_actor& i) {
-        return self->request(i, timeout, atom::kill_v, host);
-      };
-      if (here_only)
-        return here<link_status>(self, local);
-      return routed<link_status>(self, local, [self, host, timeout](const node_actor& n,
-                                                                    const std::string& t) {
-        return self->request(n, timeout, atom::kill_v, t, host, true);
-      });
+      return command<link_status>(self, here_only, atom::kill_v, std::move(host));
     },
-    [self, refused, timeout](atom::run, std::string& token, std::string& proxy,
-                             bool here_only) -> caf::result<proxy_status> {
+    [self, refused](atom::run, std::string& token, std::string& proxy,
+                    bool here_only) -> caf::result<proxy_status> {
       if (!self->state.gate.valid(token))
         return refused();
-      auto local = [self, proxy, timeout](const inspector_actor& i) {
-        return self->request(i, timeout, atom::run_v, proxy);
-      };
-      if (here_only)
-        return here<proxy_status>(self, local);
-      return routed<proxy_status>(self, local, [self, proxy, timeout](const node_actor& n,
-                                                                      const std::string& t) {
-        return self->request(n, timeout, atom::run_v, t, proxy, true);
-      });
+      return command<proxy_status>(self, here_only, atom::run_v, std::move(proxy));
     },
-    [self, refused, timeout](atom::drain, std::string& token, std::string& proxy, bool drained,
-                             bool here_only) -> caf::result<proxy_health> {
+    [self, refused](atom::drain, std::string& token, std::string& proxy, bool drained,
+                    bool here_only) -> caf::result<proxy_health> {
       if (!self->state.gate.valid(token))
         return refused();
-      auto local = [self, proxy, drained, timeout](const inspector_actor& i) {
-        return self->request(i, timeout, atom::drain_v, proxy, drained);
-      };
-      if (here_only)
-        return here<proxy_health>(self, local);
-      return routed<proxy_health>(self, local, [self, proxy, drained,
-                                                timeout](const node_actor& n,
-                                                         const std::string& t) {
-        return self->request(n, timeout, atom::drain_v, t, proxy, drained, true);
-      });
+      return command<proxy_health>(self, here_only, atom::drain_v, std::move(proxy), drained);
     },
     [self, refused](atom::reload, std::string& token) -> caf::result<std::string> {
       if (!self->state.gate.valid(token))
