@@ -25,8 +25,11 @@ appliance: deps
 	@./scripts/appliance/build $(BUILD)/appliance || \
 	  echo "make: the proxy appliance could not be built (see above)" >&2
 
+# BOOT=initramfs boots the proxies from the initramfs alone (default: disk,
+# a qcow2 overlay per proxy on the cached appliance disk).
+BOOT ?= disk
 run: build appliance
-	$(BUILD)/local-run
+	$(BUILD)/local-run --boot=$(BOOT)
 
 run-default: build
 	$(BUILD)/caf-run --config-file=config/default.ini

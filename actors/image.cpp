@@ -135,7 +135,7 @@ void finished(image_pointer self, caf::expected<images::fill_result> r) {
     // Also after an abandon: a fill that completed before the kill reached
     // it has verified and marked its image; the next ensure uses it.
     st.ready = image_ready{st.opts.image.name, st.opts.host.name, r->volume, r->path,
-                           r->length};
+                           r->length, r->virtual_size};
     st.status.state = image_state::ready;
     st.status.volume = r->volume;
     st.status.bytes = r->length;

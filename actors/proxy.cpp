@@ -308,8 +308,10 @@ void create(proxy_pointer self) {
     }
     provision::vm_request req;
     req.pool = st.opts.pool;
-    if (auto d = st.ready.find("disk"); d != st.ready.end())
+    if (auto d = st.ready.find("disk"); d != st.ready.end()) {
       req.base_path = d->second.path;
+      req.base_size = d->second.virtual_size;
+    }
     req.base_format = st.opts.image_format;
     req.volumes = provision::proxy_volumes::of(st.opts.entry, st.opts.spec.name);
     req.seed = std::move(*seed);

@@ -3,7 +3,9 @@
 // namespace, with an isolated VM network and a page to fetch; see
 // tests/support/local_host.hpp), the proxy appliance served over HTTP on
 // 127.0.0.1 as the image mirror, and caf-run on a generated config that
-// declares three proxies on that host, reached through SSH. caf-run shares
+// declares three proxies on that host, reached through SSH; each boots with
+// root= on a qcow2 overlay of the cached appliance disk (--boot=initramfs:
+// from the appliance's initramfs alone, no disk). caf-run shares
 // this terminal: its table shows the images arriving, the VMs starting and
 // each proxy joining the rotation once a request through it came back.
 // Ctrl-C stops caf-run (it leaves the VMs running, as it would on a real
@@ -106,14 +108,20 @@ int main(int argc, char** argv) {
   std::string caf_run = EGRESS_CAF_RUN;
   std::string dir = test::appliance::default_dir();
   int proxies = 3;
+  auto boot = test::appliance_boot::disk;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--appliance" && i + 1 < argc)
       dir = argv[++i];
     else if (a == "--proxies" && i + 1 < argc)
       proxies = std::atoi(argv[++i]);
+    else if (a == "--boot=disk")
+      boot = test::appliance_boot::disk;
+    else if (a == "--boot=initramfs")
+      boot = test::appliance_boot::initramfs;
     else {
-      std::fprintf(stderr, "usage: %s [--appliance DIR] [--proxies 1..4]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--appliance DIR] [--proxies 1..4] "
+                           "[--boot=disk|initramfs]\n", argv[0]);
       return 2;
     }
   }
@@ -141,7 +149,7 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, std::string>> names;
     for (int i = 1; i <= proxies; ++i)
       names.emplace_back("egress-" + std::to_string(i), host.name());
-    auto cfg = test::appliance_config("local-vms", app, mirror, {&host}, names);
+    auto cfg = test::appliance_config("local-vms", app, mirror, {&host}, names, boot);
     cfg.poll_interval = std::chrono::seconds(1);
     if (auto err = validate(cfg)) {
       std::fprintf(stderr, "local-run: generated config invalid: %s\n", render(err).c_str());
@@ -150,6 +158,12 @@ int main(int argc, char** argv) {
     testbed::temp_dir run_dir{"local-run"};
     auto config_file = run_dir / "local-vms.ini";
     testbed::write_file(config_file, dump_config(cfg));
+    std::printf("local-run: the proxies boot %s\n",
+                boot == test::appliance_boot::disk
+                  ? "from qcow2 overlays of the appliance disk (root=/dev/vda; "
+                    "--boot=initramfs boots the initramfs alone)"
+                  : "from the appliance initramfs alone (--boot=disk: from qcow2 overlays "
+                    "of the appliance disk)");
     std::printf("local-run: host up; config %s; mirror %s; consoles in %s\n"
                 "local-run: Ctrl-C stops the engine and tears everything down; caf-shell attaches "
                 "to the port caf-run logs (\"inspector listening\")\n",

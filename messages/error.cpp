@@ -60,6 +60,7 @@ const char* to_string(ec code) {
     case ec::source_rejected: return "source_rejected";
     case ec::length_mismatch: return "length_mismatch";
     case ec::digest_mismatch: return "digest_mismatch";
+    case ec::image_rejected: return "image_rejected";
   }
   return "unknown";
 }

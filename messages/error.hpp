@@ -55,6 +55,8 @@ enum class ec : uint8_t {
                            // verification, redirect limit or protocol, bad range answer)
   length_mismatch = 139,   // an image's length differs from the configured or declared one
   digest_mismatch = 140,   // an image's sha256 differs from the configured one
+  image_rejected = 141,    // an image's first bytes do not fit its declared format, or
+                           // name another file of the host (providers/images/image_header.hpp)
 };
 
 /// The taxonomy of an engine code.

@@ -286,13 +286,14 @@ struct image_ready {
   std::string host;
   std::string volume;
   std::string path;
-  uint64_t length = 0;
+  uint64_t length = 0;       // bytes in the data volume
+  uint64_t virtual_size = 0; // the disk a guest sees (qcow2: from its header)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, image_ready& x) {
   return f(caf::meta::type_name("image_ready"), x.image, x.host, x.volume, x.path,
-           x.length);
+           x.length, x.virtual_size);
 }
 
 struct fleet_status {

@@ -1,12 +1,15 @@
 #include "providers/images/fill.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 
 #include "messages/error.hpp"
 #include "providers/images/dedicated_link.hpp"
+#include "providers/images/image_header.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/libvirt/volumes.hpp"
 #include "providers/mirror/download.hpp"
@@ -66,6 +69,46 @@ struct attempt {
   bool data_touched = false;
 };
 
+// The virtual size a marker vouches for, if `text` is exactly the marker
+// fill writes for `img` at `length` bytes (for qcow2 the marker records the
+// virtual size read from the verified header; for the others it is the
+// length).
+std::optional<uint64_t> vouched_virtual_size(const std::string& text,
+                                             const image_source& img, uint64_t length) {
+  uint64_t virtual_size = length;
+  if (img.format == "qcow2") {
+    static const std::string key = "\nvirtual-size ";
+    auto at = text.find(key);
+    if (at == std::string::npos)
+      return std::nullopt;
+    auto digits = text.c_str() + at + key.size();
+    char* end = nullptr;
+    errno = 0;
+    virtual_size = std::strtoull(digits, &end, 10);
+    if (errno != 0 || end == digits)
+      return std::nullopt;
+  }
+  if (text != marker_text(img, length, virtual_size))
+    return std::nullopt;
+  return virtual_size;
+}
+
+// Reads from `dl` into `buf` (`cap` bytes) until it holds the header
+// window or the source ended: the format check sees the same bytes
+// whatever pieces the mirror delivers them in.
+caf::expected<size_t> read_head(mirror::download& dl, char* buf, size_t cap) {
+  size_t have = 0;
+  while (have < header_window) {
+    auto n = dl.read(buf + have, cap - have);
+    if (!n)
+      return n.error();
+    if (*n == 0)
+      break;
+    have += *n;
+  }
+  return have;
+}
+
 caf::expected<fill_result> transfer(const fill_request& req, const volume_names& names,
                                     lv::connection& c, fill_progress& progress,
                                     attempt& at) {
@@ -81,17 +124,19 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
   if (!partial)
     return partial.error();
 
-  // 1. Ready: the marker vouches for the data as it is.
+  // 1. Ready: the marker vouches for the data as it is. Lengths are the
+  // volumes' byte lengths, never their capacities (volumes.hpp).
   if (*marker && *data && !*partial) {
-    auto text = read_small(c, pool, names.marker, (*marker)->capacity);
+    auto text = read_small(c, pool, names.marker, (*marker)->length);
     if (!text)
       return text.error();
-    if (*text == marker_text(img, (*data)->capacity)
-        && (img.size == 0 || img.size == (*data)->capacity)) {
+    auto virtual_size = vouched_virtual_size(*text, img, (*data)->length);
+    if (virtual_size && (img.size == 0 || img.size == (*data)->length)) {
       fill_result r;
       r.volume = names.data;
       r.path = (*data)->path;
-      r.length = (*data)->capacity;
+      r.length = (*data)->length;
+      r.virtual_size = *virtual_size;
       progress.total = r.length;
       progress.bytes = r.length;
       return r;
@@ -105,29 +150,40 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
   at.data_touched = true;
   if (!*partial)
     if (auto err = write_small(c, pool, names.partial,
-                               "partial; being written: " + marker_text(img, img.size)))
+                               "partial; being written: " + marker_text(img, img.size, 0)))
       return err;
 
   // Resume where the volume got to, if it was being written before (the
   // partial mark is there) and holds anything. A sparse raw volume written
   // from byte 0 has its allocation up to where the daemon got.
   uint64_t offset = 0;
-  if (*data && *partial && (img.size == 0 || (*data)->capacity == img.size)) {
-    // Below the capacity: a ranged request must ask for at least one byte.
-    auto held = std::min((*data)->allocation, (*data)->capacity - 1);
+  if (*data && *partial && (*data)->length > 0
+      && (img.size == 0 || (*data)->length == img.size)) {
+    // Below the length: a ranged request must ask for at least one byte.
+    auto held = std::min((*data)->allocation, (*data)->length - 1);
     offset = held / resume_granularity * resume_granularity;
   }
   std::optional<mirror::sha256> seed;
+  std::optional<header_facts> header;
   if (offset > 0) {
     seed.emplace();
+    std::string head;
     auto err = lv::download_volume(c, pool, names.data, 0, offset,
                                    [&](const char* p, size_t n) {
                                      seed->update(p, n);
+                                     if (head.size() < header_window)
+                                       head.append(p, std::min(n, header_window - head.size()));
                                      return caf::error{};
                                    });
     if (err) // an unreadable prefix: start over rather than trust it
       return with_context(err, "read back the first " + std::to_string(offset)
                                  + " bytes to resume");
+    // The prefix is checked like fresh bytes: nothing more is written
+    // behind a header that fails its format.
+    auto checked = check_header(img.name, img.format, head, (*data)->length);
+    if (!checked)
+      return checked.error();
+    header = *checked;
   }
 
   mirror::fetch_options fo;
@@ -145,9 +201,12 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
   if (!dl)
     return dl.error();
 
-  // The first bytes tell the total when the config does not.
+  // The first bytes tell the total when the config does not, and, from
+  // byte 0, the format: checked before anything is written (a header that
+  // names a file of the host must never reach the pool, where libvirt reads
+  // it on every refresh).
   std::unique_ptr<char[]> first{new char[lv::default_upload_chunk]};
-  auto n0 = (*dl)->read(first.get(), lv::default_upload_chunk);
+  auto n0 = read_head(**dl, first.get(), lv::default_upload_chunk);
   if (!n0)
     return n0.error();
   auto total = (*dl)->total().value_or(0);
@@ -158,11 +217,19 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
   if (offset >= total && *n0 > 0)
     return make_error(ec::length_mismatch, "image " + img.name + ": more than "
                                              + std::to_string(total) + " bytes");
-  if (!*data || (*data)->capacity != total) {
+  if (offset == 0) {
+    auto checked = check_header(img.name, img.format,
+                                std::string_view{first.get(), std::min(*n0, header_window)},
+                                total);
+    if (!checked)
+      return checked.error();
+    header = *checked;
+  }
+  if (!*data || (*data)->length != total) {
     // A fresh volume: the old one (another length) cannot be resumed.
     if (offset > 0)
       return make_error(ec::source_failed, "image " + img.name + ": the volume holds "
-                                             + std::to_string((*data)->capacity)
+                                             + std::to_string((*data)->length)
                                              + " bytes, the source declares "
                                              + std::to_string(total));
     if (auto err = lv::delete_volume(c, pool, names.data))
@@ -218,14 +285,15 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
   auto facts = lv::volume_info(c, pool, names.data);
   if (!facts)
     return facts.error();
-  if (!*facts || (*facts)->capacity != total)
+  if (!*facts || (*facts)->length != total)
     return make_error(ec::source_failed,
                       "image " + img.name + ": the volume " + names.data
                         + (*facts ? " changed size" : " vanished")
                         + " during the upload; starting over");
 
   // 4. Verified: the marker, then the partial mark goes.
-  if (auto err = write_small(c, pool, names.marker, marker_text(img, total)))
+  if (auto err = write_small(c, pool, names.marker,
+                             marker_text(img, total, header->virtual_size)))
     return err;
   if (auto err = lv::delete_volume(c, pool, names.partial))
     return err;
@@ -233,6 +301,7 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
   r.volume = names.data;
   r.path = (*facts)->path;
   r.length = total;
+  r.virtual_size = header->virtual_size;
   r.transferred = true;
   r.resumed_from = offset;
   return r;
@@ -240,9 +309,14 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
 
 } // namespace
 
-std::string marker_text(const image_source& img, uint64_t length) {
-  return "egress image marker 1\nimage " + img.name + "\nsha256 " + img.sha256
-         + "\nlength " + std::to_string(length) + "\nformat " + img.format + "\n";
+std::string marker_text(const image_source& img, uint64_t length, uint64_t virtual_size) {
+  auto text = "egress image marker 1\nimage " + img.name + "\nsha256 " + img.sha256
+              + "\nlength " + std::to_string(length) + "\nformat " + img.format + "\n";
+  // Only qcow2 has a virtual size of its own; the other formats' markers
+  // stay as they were, so pools filled before it was recorded stay ready.
+  if (img.format == "qcow2")
+    text += "virtual-size " + std::to_string(virtual_size) + "\n";
+  return text;
 }
 
 caf::expected<fill_result> fill(const fill_request& req, fill_progress& progress) {

@@ -4,14 +4,16 @@
 // Synchronous and blocking: runs in a detached actor under the image actor's
 // transfer budget, over a dedicated connection (dedicated_link.hpp).
 //
-// The order of things is the whole point (seed Step 2, docs/spec.md 7 and 8):
+// The order of things is the whole point (docs/spec.md 7, 8 and 23):
 //  1. data + marker matching the configured digest: ready, nothing moves.
 //  2. otherwise the marker is deleted first (a marker always vouches for
 //     the data as it is), the partial mark is written, and the data volume
 //     is created or, after an interruption, resumed at the offset the
 //     volume already holds (when the source honours ranges);
-//  3. the bytes stream mirror -> libvirt without touching local disk; the
-//     digest covers the whole volume (a resumed prefix is read back);
+//  3. the first bytes (or the prefix read back) pass the format check
+//     (image_header.hpp) before anything more is written; the bytes stream
+//     mirror -> libvirt without touching local disk; the digest covers the
+//     whole volume (a resumed prefix is read back);
 //  4. verified: the marker is written, then the partial mark is deleted;
 //  5. on failure: the dedicated connection is closed first, and only then
 //     is the partial data deleted, over a fresh connection, unless the
@@ -73,14 +75,16 @@ struct fill_progress {
 struct fill_result {
   std::string volume;     // the data volume's name
   std::string path;       // its path on the host
-  uint64_t length = 0;
+  uint64_t length = 0;        // bytes in the data volume
+  uint64_t virtual_size = 0;  // the disk a guest sees: qcow2's from its header, else length
   bool transferred = false;   // false: found ready in the pool
   uint64_t resumed_from = 0;  // > 0: an interrupted upload was resumed
 };
 
 caf::expected<fill_result> fill(const fill_request& req, fill_progress& progress);
 
-/// The marker volume's content for `img` (what fill writes and accepts).
-std::string marker_text(const image_source& img, uint64_t length);
+/// The marker volume's content for `img` (what fill writes and accepts):
+/// format, byte length and, for qcow2, the virtual size.
+std::string marker_text(const image_source& img, uint64_t length, uint64_t virtual_size);
 
 } // namespace egress::images

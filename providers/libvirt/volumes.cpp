@@ -293,7 +293,16 @@ caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std:
       return std::optional<volume_facts>{};
     return err;
   }
+  // The physical size comes in the allocation field of this call's answer.
+  virStorageVolInfo physical{};
+  if (virStorageVolGetInfoFlags(vol.get(), &physical, VIR_STORAGE_VOL_GET_PHYSICAL) < 0) {
+    auto err = last_error(what + ": physical size");
+    if (is(err, ec::no_volume))
+      return std::optional<volume_facts>{};
+    return err;
+  }
   volume_facts out;
+  out.length = physical.allocation;
   out.capacity = info.capacity;
   out.allocation = info.allocation;
   if (char* path = virStorageVolGetPath(vol.get())) {
@@ -357,7 +366,8 @@ caf::error download_volume(connection& c, const std::string& pool, const std::st
 
 caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
                                          const std::string& name, const std::string& backing,
-                                         const std::string& backing_format) {
+                                         const std::string& backing_format,
+                                         uint64_t capacity) {
   if (auto err = check_names(pool, name))
     return err;
   auto what = "create overlay " + pool + "/" + name;
@@ -369,11 +379,10 @@ caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
       || backing.find("/../") != std::string::npos)
     return make_error(ec::invalid_argument, what + ": backing " + quote(backing)
                                               + " is not an absolute path");
+  if (capacity == 0)
+    return make_error(ec::invalid_argument, what + ": capacity 0");
   volume_ptr base{virStorageVolLookupByPath(c.get(), backing.c_str())};
   if (!base)
-    return last_error(what + ": backing " + backing);
-  virStorageVolInfo info{};
-  if (virStorageVolGetInfo(base.get(), &info) < 0)
     return last_error(what + ": backing " + backing);
   auto p = lookup_pool(c, pool, what);
   if (!p)
@@ -383,7 +392,7 @@ caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
   vol.append_child("name").text() = name.c_str();
   auto cap = vol.append_child("capacity");
   cap.append_attribute("unit") = "bytes";
-  cap.text() = static_cast<unsigned long long>(info.capacity);
+  cap.text() = static_cast<unsigned long long>(capacity);
   vol.append_child("target").append_child("format").append_attribute("type") = "qcow2";
   auto bs = vol.append_child("backingStore");
   bs.append_child("path").text() = backing.c_str();

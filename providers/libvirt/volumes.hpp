@@ -94,10 +94,18 @@ caf::error upload_volume(connection& c, const std::string& pool,
                          const upload_source& read,
                          size_t chunk = default_upload_chunk, uint64_t* sent = nullptr);
 
-/// What libvirt reports of a volume (virStorageVolGetInfo + GetPath).
+/// What libvirt reports of a volume (virStorageVolGetInfo, the same with
+/// VIR_STORAGE_VOL_GET_PHYSICAL, and GetPath).
+///
+/// Capacity is not a length: libvirt reads the volume's header on a pool
+/// refresh, and for a file that holds a qcow2 image it reports the image's
+/// virtual size as the capacity, whatever format the volume was created
+/// with. The byte length is the physical size (for a file, its st_size),
+/// which means the same for every format.
 struct volume_facts {
-  uint64_t capacity = 0;   // bytes the volume holds (its size)
-  uint64_t allocation = 0; // bytes backed by storage: for a sparse raw file
+  uint64_t length = 0;     // bytes in the volume (physical size)
+  uint64_t capacity = 0;   // the disk a guest would see (virtual size for qcow2)
+  uint64_t allocation = 0; // bytes backed by storage: for a sparse file
                            // written from the start, how far an upload got
   std::string path;        // the target path on the host
 };
@@ -110,12 +118,15 @@ caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std:
 
 /// Creates `name` in `pool` as a qcow2 overlay on `backing` (a path on the
 /// host, e.g. a cached image's data volume) of format `backing_format` (qcow2
-/// or raw), as large as the backing volume (its capacity as libvirt reports
-/// it: for a qcow2 base, the virtual size). Writes go to the overlay; the
-/// base is never written. A backing path no volume has is ec::no_volume.
+/// or raw), `capacity` bytes large: the base's virtual size, which the
+/// caller knows from the image's verified header (libvirt's own capacity of
+/// the base depends on whether the pool was refreshed since the upload).
+/// Writes go to the overlay; the base is never written. A backing path no
+/// volume has is ec::no_volume; capacity 0 is ec::invalid_argument.
 caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
                                          const std::string& name, const std::string& backing,
-                                         const std::string& backing_format);
+                                         const std::string& backing_format,
+                                         uint64_t capacity);
 
 /// Where downloaded bytes go: an error stops the download (the stream is
 /// aborted) and is returned unchanged.

@@ -38,7 +38,8 @@ caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req
     return err;
   // A kernel-boot appliance may run from its initramfs alone: no disk.
   if (!req.base_path.empty())
-    if (auto disk = lv::create_overlay(c, req.pool, v.disk, req.base_path, req.base_format);
+    if (auto disk = lv::create_overlay(c, req.pool, v.disk, req.base_path, req.base_format,
+                                       req.base_size);
         !disk)
       return disk.error();
   auto fail = [&](caf::error err) -> caf::expected<domain_reading> {

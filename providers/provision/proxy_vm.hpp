@@ -34,6 +34,7 @@ struct vm_request {
   std::string pool;
   std::string base_path;    // the cached disk image's data volume ("" = no disk)
   std::string base_format;  // qcow2 or raw
+  uint64_t base_size = 0;   // its virtual size: the overlay's capacity
   proxy_volumes volumes;
   cloudinit::seed_files seed;
   domain_spec domain;       // disk and seed paths are filled in here

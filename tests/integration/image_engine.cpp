@@ -18,8 +18,10 @@
 #include "providers/libvirt/domains.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/provision/proxy_vm.hpp"
+#include "support/disk_images.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/http_server.hpp"
+#include "support/test_data.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
@@ -178,13 +180,57 @@ BOOST_AUTO_TEST_CASE(proxies_wait_for_their_image_then_create_their_domains) {
   BOOST_CHECK(!eng->stop());
 }
 
+// A real qcow2 base (qemu-img convert; its virtual size is four times its
+// length): it fills (libvirt reports its virtual size as the volume's
+// capacity, which the fill must not take for a length), each proxy's overlay
+// is as large as the base's virtual size, and the base is never written.
+BOOST_AUTO_TEST_CASE(spec_23_proxies_on_a_real_qcow2_base_get_overlays_of_its_virtual_size) {
+  auto q = test::make_qcow2(test::pattern(4 * mib, 9) + std::string(12 * mib, '\0'));
+  BOOST_TEST_MESSAGE("base: " << q.bytes.size() << " bytes, virtual " << q.virtual_size);
+  http.set_body(q.bytes);
+  auto cfg = config();
+  auto& img = cfg.images.front();
+  img.format = "qcow2";
+  img.sha256 = mirror::sha256_hex(q.bytes);
+  img.size = q.bytes.size();
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  stop_on_exit guard{eng};
+  bool created = wait_status(*eng, [](const fleet_status& st) {
+    if (st.proxies.empty())
+      return false;
+    for (auto& p : st.proxies)
+      if (p.phase != proxy_phase::provisioning && p.phase != proxy_phase::running)
+        return false;
+    return true;
+  }, 60s);
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  for (auto& p : st->proxies)
+    BOOST_TEST_MESSAGE("proxy " << p.name << ": " << to_string(p.phase) << " " << p.last_error);
+  BOOST_REQUIRE(created);
+  auto base = pool_dir + "/" + st->images.front().volume;
+  for (auto name : {"px-1", "px-2"}) {
+    auto disk = pool_dir + "/" + provision::proxy_volumes::of("imgeng", name).disk;
+    BOOST_CHECK_EQUAL(test::qcow2_virtual_size(disk), q.virtual_size);
+    auto info = testbed::run({"qemu-img", "info", "--output=json", "-U", disk}).output;
+    BOOST_CHECK(info.find("\"backing-filename-format\": \"qcow2\"") != std::string::npos);
+  }
+  BOOST_CHECK(testbed::read_file(base) == q.bytes);
+  BOOST_CHECK(!eng->stop());
+}
+
 // Kernel boot: the kernel and the initrd are cached images like any other
 // (verified, one per host) and reach the domain by path, with the command
 // line; the proxy needs no disk, only its seed.
 BOOST_AUTO_TEST_CASE(a_kernel_boot_proxy_gets_its_kernel_initrd_and_cmdline_by_path) {
   testbed::temp_dir files{"kernel"};
   auto kernel = fake_bzimage();
-  auto initrd = std::string(64 * 1024, 'r');
+  // A real initramfs: a gzipped newc cpio archive holding one init script.
+  testbed::write_file(files / "init", "#!/bin/sh\nexec sh\n", 0755);
+  testbed::run_checked({"/bin/sh", "-c", "cd " + files.path() + " && echo init | "
+                        "/bin/busybox cpio -o -H newc 2>/dev/null | gzip -n > initrd.img"});
+  auto initrd = testbed::read_file(files / "initrd.img");
   testbed::write_file(files / "vmlinuz", kernel);
   testbed::write_file(files / "initrd.img", initrd);
   auto cfg = config();

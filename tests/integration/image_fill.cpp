@@ -20,6 +20,7 @@
 #include "providers/images/volume_names.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/transport.hpp"
+#include "support/disk_images.hpp"
 #include "support/http_server.hpp"
 #include "support/test_data.hpp"
 #include "support/testbed.hpp"
@@ -65,11 +66,15 @@ struct fixture {
     return o;
   }()};
   std::string pool_dir;
-  std::string image = pattern(12 * mib + 12345, 7); // not a multiple of a MiB
-  std::string digest = mirror::sha256_hex(image);
-  test::http_server http{image};
+  std::string image;
+  std::string format;
+  std::string digest;
+  test::http_server http;
 
-  fixture() {
+  /// Raw by default: plain bytes, not a multiple of a MiB.
+  explicit fixture(std::string body = pattern(12 * mib + 12345, 7), std::string fmt = "raw")
+    : image(std::move(body)), format(std::move(fmt)), digest(mirror::sha256_hex(image)),
+      http(image) {
     testbed::require_root_or_skip();
     lv.start();
     pool_dir = lv.define_dir_pool(pool_name);
@@ -85,7 +90,7 @@ struct fixture {
     r.image.url = http.url();
     r.image.sha256 = digest;
     r.image.size = image.size();
-    r.image.format = "raw";
+    r.image.format = format;
     r.download_deadline = 60s;
     r.low_speed_time = 2s;
     r.keepalive = lv::keepalive{1, 3};
@@ -334,6 +339,168 @@ BOOST_AUTO_TEST_CASE(spec_09_two_entries_on_one_pool_share_nothing) {
   auto a2 = fill(request("alpha"));
   BOOST_REQUIRE_MESSAGE(a2, show(a2));
   BOOST_CHECK(!a2->transferred);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// 12 MiB of random data and 4 MiB of zeros as a real qcow2 (qemu-img
+// convert): data clusters, metadata, and a virtual size (16 MiB) that is not
+// its length (~12 MiB). libvirt reports that virtual size as the capacity of
+// any volume holding it.
+const test::qcow2_image& real_qcow2() {
+  static const auto q = test::make_qcow2(pattern(12 * mib, 11) + std::string(4 * mib, '\0'));
+  return q;
+}
+
+struct qcow2_fixture : fixture {
+  qcow2_fixture() : fixture(real_qcow2().bytes, "qcow2") {}
+
+  uint64_t capacity_libvirt_reports(const std::string& volume) {
+    auto out = lv.virsh({"vol-info", "--bytes", "--pool", pool_name, volume}).output;
+    auto at = out.find("Capacity:");
+    return at == std::string::npos ? 0 : std::stoull(out.substr(at + 9));
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(image_fill_qcow2_suite, qcow2_fixture)
+
+// The fill compares byte lengths, never capacities: a real qcow2 fills,
+// verifies and marks (with its virtual size), and is ready again from its
+// marker with nothing downloaded.
+BOOST_AUTO_TEST_CASE(spec_08_23_a_real_qcow2_fills_verifies_and_is_ready_without_a_download) {
+  auto& q = real_qcow2();
+  BOOST_REQUIRE_NE(q.bytes.size(), q.virtual_size);
+  auto r = fill(request());
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  auto n = names();
+  BOOST_CHECK(r->transferred);
+  BOOST_CHECK_EQUAL(r->length, q.bytes.size());
+  BOOST_CHECK_EQUAL(r->virtual_size, q.virtual_size);
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == q.bytes);
+  // What fooled the fill before: libvirt's capacity of the data volume.
+  BOOST_CHECK_EQUAL(capacity_libvirt_reports(n.data), q.virtual_size);
+  auto marker = testbed::read_file(pool_dir + "/" + n.marker);
+  BOOST_CHECK(marker.find("length " + std::to_string(q.bytes.size())) != std::string::npos);
+  BOOST_CHECK(marker.find("format qcow2") != std::string::npos);
+  BOOST_CHECK(marker.find("virtual-size " + std::to_string(q.virtual_size)) != std::string::npos);
+  BOOST_CHECK(!exists(n.partial));
+
+  auto requests = http.requests();
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_CHECK(!again->transferred);
+  BOOST_CHECK_EQUAL(again->length, q.bytes.size());
+  BOOST_CHECK_EQUAL(again->virtual_size, q.virtual_size);
+  BOOST_CHECK_EQUAL(http.requests(), requests);
+}
+
+BOOST_AUTO_TEST_CASE(spec_08_23_a_qcow2_with_compressed_clusters_fills) {
+  std::string text;
+  while (text.size() < 8 * mib)
+    text += "compressible line " + std::to_string(text.size()) + "\n";
+  text.resize(8 * mib);
+  auto c = test::make_qcow2(text, {.compressed = true});
+  image = c.bytes;
+  digest = mirror::sha256_hex(image);
+  http.set_body(image);
+  auto r = fill(request());
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  BOOST_CHECK_EQUAL(r->length, c.bytes.size());
+  BOOST_CHECK_EQUAL(r->virtual_size, 8 * mib);
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + names().data) == c.bytes);
+}
+
+// Cut at 7 MiB: the volume holds less than the image, the next fill resumes
+// at the MiB below what it holds (never at a capacity), reads the prefix
+// back through the format check and the digest, and ends verified.
+BOOST_AUTO_TEST_CASE(spec_08_23_an_interrupted_qcow2_fill_resumes_below_what_the_volume_holds) {
+  http.set({.truncate_after = 7 * mib + 100});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
+  auto n = names();
+  BOOST_CHECK(exists(n.data) && exists(n.partial) && !exists(n.marker));
+  http.set({});
+  http.clear_log();
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_TEST_MESSAGE("resumed at " << again->resumed_from << " bytes");
+  BOOST_CHECK(again->resumed_from > 0);
+  BOOST_CHECK(again->resumed_from <= 7 * mib);
+  BOOST_CHECK_EQUAL(again->resumed_from % mib, 0u);
+  auto log = http.log();
+  BOOST_REQUIRE(!log.empty());
+  BOOST_CHECK_EQUAL(log.back().range, "bytes=" + std::to_string(again->resumed_from) + "-");
+  BOOST_CHECK_EQUAL(again->virtual_size, real_qcow2().virtual_size);
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+  BOOST_CHECK(exists(n.marker) && !exists(n.partial));
+}
+
+BOOST_AUTO_TEST_CASE(spec_08_a_corrupt_qcow2_is_never_marked_and_leaves_nothing) {
+  http.set({.corrupt_at = 5 * mib});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_CHECK(is(r.error(), ec::digest_mismatch));
+  BOOST_CHECK(volumes().empty());
+}
+
+BOOST_AUTO_TEST_CASE(spec_08_a_qcow2_of_the_wrong_length_is_never_marked) {
+  http.set({.length_delta = 100});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_CHECK(is(r.error(), ec::length_mismatch));
+  BOOST_CHECK(volumes().empty());
+}
+
+// A qcow2 that names a backing file never reaches the pool: refused before
+// a byte is uploaded (libvirt would read the header on the next refresh and
+// open the file it names), permanent, nothing left.
+BOOST_AUTO_TEST_CASE(spec_23_a_qcow2_naming_a_backing_file_never_reaches_the_pool) {
+  auto b = test::make_qcow2(pattern(4 * mib, 2), {.backing_file = "/etc/shadow"});
+  image = b.bytes;
+  digest = mirror::sha256_hex(image);
+  http.set_body(image);
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("backing file: " << render(r.error()));
+  BOOST_CHECK(is(r.error(), ec::image_rejected));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::permanent);
+  BOOST_CHECK(detail(r.error()).find("/etc/shadow") != std::string::npos);
+  BOOST_CHECK(volumes().empty());
+}
+
+// Format confusion: the same qcow2 declared raw is refused the same way.
+BOOST_AUTO_TEST_CASE(spec_23_a_raw_image_with_a_qcow2_header_never_reaches_the_pool) {
+  format = "raw";
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("raw with a qcow2 header: " << render(r.error()));
+  BOOST_CHECK(is(r.error(), ec::image_rejected));
+  BOOST_CHECK(detail(r.error()).find("qcow2 header") != std::string::npos);
+  BOOST_CHECK(volumes().empty());
+}
+
+// H4 with real qcow2 images: two entries on one pool share nothing.
+BOOST_AUTO_TEST_CASE(spec_09_two_entries_fill_one_qcow2_on_one_pool_and_share_nothing) {
+  auto a = fill(request("alpha"));
+  BOOST_REQUIRE_MESSAGE(a, show(a));
+  auto b = fill(request("beta"));
+  BOOST_REQUIRE_MESSAGE(b, show(b));
+  BOOST_CHECK_NE(a->volume, b->volume);
+  BOOST_CHECK(b->transferred);
+  std::filesystem::remove(pool_dir + "/" + names("beta").marker);
+  http.set({.corrupt_at = 1});
+  BOOST_REQUIRE(!fill(request("beta")));
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + names("alpha").data) == image);
+  BOOST_CHECK(!exists(names("beta").data));
+  auto a2 = fill(request("alpha"));
+  BOOST_REQUIRE_MESSAGE(a2, show(a2));
+  BOOST_CHECK(!a2->transferred);
+  BOOST_CHECK_EQUAL(a2->virtual_size, real_qcow2().virtual_size);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

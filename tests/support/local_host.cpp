@@ -84,7 +84,7 @@ appliance appliance::load(const std::string& dir, std::string* why) {
   for (std::string line; std::getline(in, line);)
     if (auto eq = line.find('='); eq != std::string::npos)
       kv[line.substr(0, eq)] = line.substr(eq + 1);
-  for (auto f : {"vmlinux", "initrd.gz"})
+  for (auto f : {"vmlinux", "initrd.gz", "disk.qcow2"})
     if (!fs::exists(dir + "/" + f)) {
       if (why)
         *why = dir + "/" + f + " is missing (scripts/appliance/build " + dir + ")";
@@ -94,7 +94,11 @@ appliance appliance::load(const std::string& dir, std::string* why) {
   a.initrd_sha256 = kv["INITRD_SHA256"];
   a.kernel_size = std::strtoull(kv["VMLINUX_SIZE"].c_str(), nullptr, 10);
   a.initrd_size = std::strtoull(kv["INITRD_SIZE"].c_str(), nullptr, 10);
-  if (a.kernel_sha256.size() != 64 || a.initrd_sha256.size() != 64) {
+  a.disk_sha256 = kv["DISK_SHA256"];
+  a.disk_size = std::strtoull(kv["DISK_SIZE"].c_str(), nullptr, 10);
+  a.disk_virtual_size = std::strtoull(kv["DISK_VIRTUAL_SIZE"].c_str(), nullptr, 10);
+  if (a.kernel_sha256.size() != 64 || a.initrd_sha256.size() != 64
+      || a.disk_sha256.size() != 64) {
     if (why)
       *why = dir + "/appliance.env has no digests";
     return a;
@@ -279,10 +283,17 @@ std::vector<image_config> appliance_images(const appliance& a, const file_mirror
   i.sha256 = a.initrd_sha256;
   i.size = a.initrd_size;
   i.format = "initrd";
-  return {k, i};
+  image_config d = k;
+  d.name = "appliance-disk";
+  d.url = mirror.url("disk.qcow2");
+  d.sha256 = a.disk_sha256;
+  d.size = a.disk_size;
+  d.format = "qcow2";
+  return {k, i, d};
 }
 
-proxy_spec appliance_proxy(const std::string& name, const local_host& host) {
+proxy_spec appliance_proxy(const std::string& name, const local_host& host,
+                           appliance_boot boot) {
   proxy_spec p;
   p.name = name;
   p.host = host.name();
@@ -293,6 +304,10 @@ proxy_spec appliance_proxy(const std::string& name, const local_host& host) {
   p.kernel = "appliance-kernel";
   p.initrd = "appliance-initrd";
   p.cmdline = "console=ttyS0 loglevel=4 panic=-1";
+  if (boot == appliance_boot::disk) {
+    p.image = "appliance-disk";
+    p.cmdline += " root=/dev/vda";
+  }
   p.port = local_host::proxy_port;
   p.allow_from = host.vm_cidr();
   return p;
@@ -301,7 +316,8 @@ proxy_spec appliance_proxy(const std::string& name, const local_host& host) {
 engine_config appliance_config(const std::string& entry, const appliance& a,
                                const file_mirror& mirror,
                                const std::vector<const local_host*>& hosts,
-                               const std::vector<std::pair<std::string, std::string>>& proxies) {
+                               const std::vector<std::pair<std::string, std::string>>& proxies,
+                               appliance_boot boot) {
   engine_config c;
   c.entry = entry;
   c.poll_interval = 500ms;
@@ -313,7 +329,7 @@ engine_config appliance_config(const std::string& entry, const appliance& a,
   for (auto& [name, host] : proxies)
     for (auto h : hosts)
       if (h->name() == host)
-        c.proxies.push_back(appliance_proxy(name, *h));
+        c.proxies.push_back(appliance_proxy(name, *h, boot));
   c.probe.mode = "http";
   // One target for all proxies: the page is fetched by each proxy from
   // inside its own host's VM network, so every host must use the same

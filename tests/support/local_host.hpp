@@ -26,8 +26,9 @@ namespace egress::test {
 /// The appliance built by scripts/appliance/build (OUT/appliance.env).
 struct appliance {
   std::string dir;
-  std::string kernel_sha256, initrd_sha256;
-  uint64_t kernel_size = 0, initrd_size = 0;
+  std::string kernel_sha256, initrd_sha256, disk_sha256;
+  uint64_t kernel_size = 0, initrd_size = 0, disk_size = 0;
+  uint64_t disk_virtual_size = 0; // disk.qcow2's: the ext4 filesystem's size
 
   /// Reads <dir>/appliance.env; an empty optional-like result (dir empty)
   /// when it is not built. `why` says what is missing.
@@ -121,18 +122,25 @@ private:
 };
 
 /// Image entries for the appliance served by `mirror`: "appliance-kernel"
-/// (format kernel) and "appliance-initrd" (format initrd).
+/// (format kernel), "appliance-initrd" (format initrd) and "appliance-disk"
+/// (format qcow2: the proxy's root filesystem).
 std::vector<image_config> appliance_images(const appliance& a, const file_mirror& mirror);
+
+/// How an appliance proxy boots: from the initramfs alone (no disk), or
+/// with `root=/dev/vda` on a qcow2 overlay of the cached appliance disk.
+enum class appliance_boot { initramfs, disk };
 
 /// A proxy booting the appliance on `host`, allowing clients from its VM
 /// network (the probes arrive from the bridge), 128 MiB.
-proxy_spec appliance_proxy(const std::string& name, const local_host& host);
+proxy_spec appliance_proxy(const std::string& name, const local_host& host,
+                           appliance_boot boot = appliance_boot::initramfs);
 
 /// An engine config for proxies on these hosts: SSH links, HTTP probes
 /// through the host to local_host::target(), GC on.
 engine_config appliance_config(const std::string& entry, const appliance& a,
                                const file_mirror& mirror,
                                const std::vector<const local_host*>& hosts,
-                               const std::vector<std::pair<std::string, std::string>>& proxies);
+                               const std::vector<std::pair<std::string, std::string>>& proxies,
+                               appliance_boot boot = appliance_boot::initramfs);
 
 } // namespace egress::test

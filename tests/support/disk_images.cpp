@@ -1,0 +1,64 @@
+#include "support/disk_images.hpp"
+
+#include <stdexcept>
+
+#include "support/testbed.hpp"
+
+namespace egress::test {
+
+namespace {
+
+const std::string qemu_img = "/usr/bin/qemu-img";
+
+} // namespace
+
+uint64_t qcow2_virtual_size(const std::string& path) {
+  auto out = testbed::run_checked({qemu_img, "info", "-U", "--output=json", path});
+  static const std::string key = "\"virtual-size\": ";
+  auto at = out.find(key);
+  if (at == std::string::npos)
+    throw std::runtime_error("qemu-img info " + path + ": no virtual-size in " + out);
+  return std::stoull(out.substr(at + key.size()));
+}
+
+qcow2_image make_qcow2(const std::string& raw, const qcow2_options& opts) {
+  testbed::temp_dir dir{"qcow2"};
+  auto in = dir / "disk.raw";
+  auto out = dir / "disk.qcow2";
+  auto size = std::to_string(raw.size());
+  std::vector<std::string> o;
+  if (opts.version2)
+    o.push_back("compat=0.10");
+  if (!opts.data_file.empty())
+    o.push_back("data_file=" + (dir / opts.data_file));
+  if (opts.encrypted)
+    o.push_back("encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10");
+  std::string joined;
+  for (auto& x : o)
+    joined += (joined.empty() ? "" : ",") + x;
+  std::vector<std::string> argv;
+  if (!opts.backing_file.empty() || !opts.data_file.empty() || opts.encrypted) {
+    // Header fields qemu-img only writes at creation: an image without
+    // data of its own is enough for what the tests check.
+    argv = {qemu_img, "create", "-q", "-f", "qcow2"};
+    if (opts.encrypted)
+      argv.insert(argv.end(), {"--object", "secret,id=sec0,data=throwaway"});
+    if (!opts.backing_file.empty())
+      argv.insert(argv.end(), {"-u", "-b", opts.backing_file, "-F", "raw"});
+    if (!joined.empty())
+      argv.insert(argv.end(), {"-o", joined});
+    argv.insert(argv.end(), {out, size});
+  } else {
+    testbed::write_file(in, raw);
+    argv = {qemu_img, "convert", "-q", "-f", "raw", "-O", "qcow2"};
+    if (opts.compressed)
+      argv.push_back("-c");
+    if (!joined.empty())
+      argv.insert(argv.end(), {"-o", joined});
+    argv.insert(argv.end(), {in, out});
+  }
+  testbed::run_checked(argv, std::chrono::seconds(120));
+  return {testbed::read_file(out), qcow2_virtual_size(out)};
+}
+
+} // namespace egress::test

@@ -1,0 +1,46 @@
+#pragma once
+// Real disk images for tests and benchmarks: every image a test declares as
+// qcow2 is made here by qemu-img (qemu-utils), never written by hand, so it
+// has the header, the metadata clusters and the length a real one has.
+//
+//   auto raw = test::pattern(12 * mib, 7) + std::string(4 * mib, '\0');
+//   auto q = test::make_qcow2(raw);                    // virtual 16 MiB
+//   q.bytes.size() != q.virtual_size;                  // clusters + metadata
+//   auto c = test::make_qcow2(raw, {.compressed = true});
+//   auto b = test::make_qcow2(raw, {.backing_file = "/etc/shadow"});
+
+#include <cstdint>
+#include <string>
+
+namespace egress::test {
+
+struct qcow2_options {
+  /// qemu-img convert -c: compressed clusters (for data that compresses).
+  bool compressed = false;
+  /// compat=0.10: a version 2 header (no feature bits, no header length).
+  bool version2 = false;
+  /// A header that names this backing file (qemu-img create -b ... -u: the
+  /// file need not exist). The image then holds no data of its own.
+  std::string backing_file = {};
+  /// A header with an external data file of this name (-o data_file=...).
+  std::string data_file = {};
+  /// Encrypted with LUKS under a throwaway secret (crypt method 2).
+  bool encrypted = false;
+};
+
+struct qcow2_image {
+  std::string bytes;         // the file qemu-img wrote
+  uint64_t virtual_size = 0; // what qemu-img info says the guest sees
+};
+
+/// A qcow2 holding `raw` as its disk (virtual size: raw.size(), rounded up
+/// to 512 bytes by qemu-img); with a backing or data file, or encrypted,
+/// an image of that virtual size with those header fields. Throws
+/// std::runtime_error with qemu-img's output on failure.
+qcow2_image make_qcow2(const std::string& raw, const qcow2_options& opts = {});
+
+/// `qemu-img info -U --output=json`'s "virtual-size" of `path` (also while a
+/// QEMU has it open).
+uint64_t qcow2_virtual_size(const std::string& path);
+
+} // namespace egress::test
