@@ -3,19 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "actors/proxy.hpp" // now_rfc3339
+#include "base/time_text.hpp"
 
 namespace egress {
-
-namespace {
-
-std::string age(call_ledger::clock::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", std::chrono::duration<double>(d).count());
-  return buf;
-}
-
-} // namespace
 
 void call_ledger::started(const caf::actor_addr& addr, uint64_t id, std::string host,
                           std::string what) {
@@ -104,11 +94,11 @@ std::vector<actor_entry> call_ledger::entries() const {
     // design; its liveness is whether its thread still runs.
     e.liveness = r.ended ? "ended" : "busy (detached)";
     e.details = {"call: " + r.what, "host: " + r.host, "owner: " + owner_,
-                 "age: " + age((r.ended ? r.ended_at : now) - r.started)};
+                 "age: " + elapsed_text((r.ended ? r.ended_at : now) - r.started)};
     if (r.abandoned) {
-      e.details.push_back("abandoned: " + age(now - r.abandoned_at) + " ago: "
+      e.details.push_back("abandoned: " + elapsed_text(now - r.abandoned_at) + " ago: "
                           + r.abandon_reason);
-      e.details.push_back(r.ended ? "thread: ended " + age(now - r.ended_at) + " ago"
+      e.details.push_back(r.ended ? "thread: ended " + elapsed_text(now - r.ended_at) + " ago"
                                   : "thread: still running");
     }
     out.push_back(std::move(e));

@@ -9,9 +9,10 @@
 #include "actors/link_call.hpp"
 #include "actors/proxy.hpp"
 #include "actors/transport_choice.hpp"
+#include "base/log.hpp"
+#include "base/time_text.hpp"
 #include "messages/error.hpp"
 #include "providers/provision/gc.hpp"
-#include "runtime/log.hpp"
 
 namespace egress {
 

@@ -15,9 +15,9 @@
 
 #include "actors/fleet_metrics.hpp"
 #include "messages/actors.hpp"
+#include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
 #include "providers/transport.hpp"
-#include "runtime/config.hpp"
 
 namespace egress {
 

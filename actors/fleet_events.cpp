@@ -6,6 +6,7 @@
 
 #include "actors/fleet.hpp"
 #include "actors/proxy.hpp"
+#include "base/time_text.hpp"
 
 namespace egress {
 

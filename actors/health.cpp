@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "actors/call.hpp"
+#include "base/log.hpp"
 #include "messages/error.hpp"
-#include "runtime/log.hpp"
 
 namespace egress {
 

@@ -25,8 +25,8 @@
 
 #include "actors/call_ledger.hpp"
 #include "messages/actors.hpp"
+#include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
-#include "runtime/config.hpp"
 
 namespace egress {
 

@@ -3,25 +3,16 @@
 #include <algorithm>
 
 #include "actors/call.hpp"
+#include "base/log.hpp"
+#include "base/time_text.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
-#include "runtime/log.hpp"
 
 namespace egress {
 
 namespace {
 
 using clock = host_link_state::clock;
-
-std::string seconds_text(caf::timespan d) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-  if (ms < 1000)
-    return std::to_string(ms) + "ms";
-  auto s = std::to_string(ms / 1000);
-  if (ms % 1000 != 0)
-    s += "." + std::to_string(ms % 1000 / 100);
-  return s + "s";
-}
 
 void publish(host_link_pointer self) {
   if (self->state.opts.sink)
@@ -100,12 +91,12 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
           // Invariant 3: past its budget the caller gets transient now, and
           // the link dies, whose kill unblocks the call still running.
           auto text = st.opts.host + ": " + what + " ran past its "
-                      + seconds_text(budget) + " budget";
+                      + duration_text(budget) + " budget";
           ++st.overruns;
-          st.calls.abandon(addr, "ran past its " + seconds_text(budget) + " budget");
+          st.calls.abandon(addr, "ran past its " + duration_text(budget) + " budget");
           rp.deliver(make_error(ec::budget_exceeded, text));
           mark_dead(self, "budget overrun: " + what + " after "
-                            + seconds_text(budget));
+                            + duration_text(budget));
           return;
         }
         rp.deliver(err);
@@ -160,7 +151,7 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
         ++st.failures;
         if (err == caf::sec::request_timeout)
           mark_dead(self, "libvirt open timed out after "
-                            + seconds_text(st.opts.connect_timeout));
+                            + duration_text(st.opts.connect_timeout));
         else
           mark_dead(self, "libvirt open failed: " + render(err));
       });
@@ -235,7 +226,7 @@ void start_dial(host_link_pointer self) {
         ++st.failures;
         if (err == caf::sec::request_timeout)
           mark_dead(self, "connect timed out after "
-                            + seconds_text(st.opts.connect_timeout));
+                            + duration_text(st.opts.connect_timeout));
         else
           mark_dead(self, "connect failed: " + render(err));
       });
@@ -279,7 +270,7 @@ void mark_dead(host_link_pointer self, std::string reason) {
   st.next_dial_at = clock::now() + backoff(st);
   log::warn("link", st.opts.host + ": dead: " + reason);
   // 1. Tell everyone, 2. release every caller, 3. only then kill: a kill that
-  // takes its time holds up neither the news nor the callers (seed H1).
+  // takes its time holds up neither the news nor the callers (docs/notes/failures.md#close-behind-a-stuck-write).
   for (auto& sub : st.subscribers)
     self->send(sub, link_down{st.opts.host, reason});
   auto failure = make_error(ec::link_down, st.opts.host + ": " + reason);
@@ -349,7 +340,7 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
           auto wait = std::chrono::duration_cast<caf::timespan>(st.next_dial_at - now);
           rp.deliver(make_error(ec::link_down, st.opts.host + ": link is dead ("
                                                  + st.reason + "); next dial in "
-                                                 + seconds_text(wait)));
+                                                 + elapsed_text(wait)));
           return rp;
         }
         start_dial(self);

@@ -6,8 +6,8 @@
 
 #include "actors/call.hpp"
 #include "actors/transport_choice.hpp"
+#include "base/log.hpp"
 #include "messages/error.hpp"
-#include "runtime/log.hpp"
 
 namespace egress {
 
@@ -104,7 +104,6 @@ void record_failure(image_pointer self, const caf::error& err) {
                 + (kind_of(err) == error_kind::transient ? retry_delay(st) : st.opts.retry_max);
   log::warn("image", st.name + ": " + st.status.last_error);
 }
-
 
 void abandon(image_pointer self, ec code, const std::string& why) {
   auto& st = self->state;

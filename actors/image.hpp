@@ -20,9 +20,9 @@
 
 #include "actors/call_ledger.hpp"
 #include "messages/actors.hpp"
+#include "messages/config.hpp"
 #include "providers/images/fill.hpp"
 #include "providers/transport.hpp"
-#include "runtime/config.hpp"
 
 namespace egress {
 

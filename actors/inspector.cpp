@@ -8,6 +8,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/call.hpp"
+#include "base/time_text.hpp"
 #include "messages/error.hpp"
 
 namespace egress {
@@ -24,13 +25,6 @@ struct ls_job {
   std::vector<caf::actor> handles;
   std::vector<directory_entry> owners;
 };
-
-std::string millis(clock_type::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f ms",
-                std::chrono::duration<double, std::milli>(d).count());
-  return buf;
-}
 
 std::string no_reply(caf::timespan timeout) {
   return "no reply within "
@@ -111,7 +105,7 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
       auto i = pg->probe_at.find(src->id());
       if (i == pg->probe_at.end() || !job->entries[i->second].liveness.empty())
         return;
-      job->entries[i->second].liveness = "ok " + millis(clock_type::now() - pg->sent);
+      job->entries[i->second].liveness = "ok " + elapsed_text(clock_type::now() - pg->sent);
       if (--pg->open == 0)
         finish();
     },

@@ -9,11 +9,11 @@
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
 
-#include "actors/proxy.hpp" // now_rfc3339
+#include "base/log.hpp"
+#include "base/time_text.hpp"
+#include "messages/config.hpp"
 #include "messages/error.hpp"
 #include "providers/crypto/secret.hpp"
-#include "runtime/config.hpp"
-#include "runtime/log.hpp"
 
 namespace egress {
 
@@ -21,13 +21,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using phase = node_peer::phase;
-
-std::string millis(clock_type::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f ms",
-                std::chrono::duration<double, std::milli>(d).count());
-  return buf;
-}
 
 /// What a node's failed answer looks like in a listing.
 std::string unanswered(const caf::error& err, caf::timespan timeout) {
@@ -274,7 +267,7 @@ struct listing {
       e.node = nodes[at].name;
       entries.push_back(std::move(e));
     }
-    nodes[at].liveness = "ok " + millis(clock_type::now() - sent);
+    nodes[at].liveness = "ok " + elapsed_text(clock_type::now() - sent);
   }
 
   void finish() {
@@ -337,7 +330,7 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
       self->request(p.front, t, atom::hello_v, crypto::random_hex(16))
         .then(
           [l, done, at = i + 1](std::string&, std::string&) {
-            l->nodes[at].liveness = "ok " + millis(clock_type::now() - l->sent);
+            l->nodes[at].liveness = "ok " + elapsed_text(clock_type::now() - l->sent);
             done();
           },
           failed);

@@ -5,13 +5,14 @@
 #include <ctime>
 #include <random>
 
-#include <openssl/evp.h>
-
 #include "actors/link_call.hpp"
+#include "base/ids.hpp"
+#include "base/log.hpp"
+#include "base/time_text.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/domains.hpp"
+#include "providers/mirror/sha256.hpp"
 #include "providers/provision/proxy_vm.hpp"
-#include "runtime/log.hpp"
 
 namespace egress {
 
@@ -35,36 +36,7 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
     text += "kernel:" + spec.kernel + "\nkernel-sha256:" + kernel_sha256 + "\ninitrd:"
             + spec.initrd + "\ninitrd-sha256:" + initrd_sha256 + "\ncmdline:" + spec.cmdline
             + "\n";
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
-  std::string hex;
-  char buf[3];
-  for (unsigned i = 0; i < len; ++i) {
-    std::snprintf(buf, sizeof buf, "%02x", md[i]);
-    hex += buf;
-  }
-  return hex;
-}
-
-std::string new_uid() {
-  std::random_device rd;
-  std::string out;
-  char buf[9];
-  for (int i = 0; i < 4; ++i) {
-    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
-    out += buf;
-  }
-  return out;
-}
-
-std::string now_rfc3339() {
-  auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return mirror::sha256_hex(text);
 }
 
 namespace {
@@ -142,7 +114,7 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   // A running proxy that reads back without an address (a lease that
   // expired with the VM still serving, an address source that blinked, a
   // pause) keeps its last address and its running phase for a grace of N
-  // polls before it is demoted (docs/spec.md 11, the seed's follow-up): a
+  // polls before it is demoted (docs/spec.md 11, docs/notes/failures.md#ip-grace): a
   // rotation must not flap on one bad read.
   auto keep_in_grace = [&] {
     if (s.phase != proxy_phase::running || s.address.empty())

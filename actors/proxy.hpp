@@ -72,10 +72,4 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
                       const std::string& kernel_sha256 = {},
                       const std::string& initrd_sha256 = {});
 
-/// A fresh random uid for a mark (128 bits, hex).
-std::string new_uid();
-
-/// Now, as RFC 3339 UTC with seconds ("2026-12-02T10:50:44Z").
-std::string now_rfc3339();
-
 } // namespace egress

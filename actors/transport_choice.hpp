@@ -1,9 +1,9 @@
 #pragma once
 // Which transport a host's link dials through, from its validated config.
 
+#include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
 #include "providers/transport.hpp"
-#include "runtime/config.hpp"
 
 namespace egress {
 

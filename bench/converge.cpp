@@ -1,6 +1,7 @@
 // bench/converge: how fast a fleet of image-less proxies converges from zero,
-// the engine against a libvirt-python reconcile loop shaped like the seed Go
-// operator (a worker pool over the proxies, one cached connection per host).
+// the engine against a libvirt-python reconcile loop shaped like the earlier
+// Go operator (a worker pool over the proxies, one cached connection per
+// host; docs/notes/failures.md#stalled-host-holds-up-others).
 //
 //   bench-converge [--runs R] [--hosts H] [--proxies P] [--poll-ms MS]
 //                  [--rtt 0,10] [--workers 3,8] [--transports ssh,libssh2]
@@ -33,7 +34,7 @@
 //           driver's addresses are not real) and so is gc (all H entries are
 //           one shared state: each host's gc would delete the proxies declared
 //           on the others).
-//  py W     bench/converge_libvirt.py with W workers (default W = 3, the seed
+//  py W     bench/converge_libvirt.py with W workers (default W = 3, the earlier
 //           operator's MaxConcurrentReconciles, and 8, one per host): per
 //           proxy lookupByName (VIR_ERR_NO_DOMAIN), defineXML (the same
 //           domain XML and mark), create, interfaceAddresses(LEASE) until an
@@ -119,12 +120,12 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "providers/libvirt/error.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # bench/converge_libvirt.py: the baseline for bench/converge. A reconcile loop
-# as the seed Go operator runs it (controller-runtime, MaxConcurrentReconciles
+# as the earlier Go operator ran it (docs/notes/failures.md#stalled-host-holds-up-others) (controller-runtime, MaxConcurrentReconciles
 # workers over a queue of Proxy objects, one cached libvirt connection per
 # host), written with libvirt-python (Debian python3-libvirt):
 #

@@ -99,13 +99,15 @@
 #include <caf/actor_system_config.hpp>
 
 #include "actors/proxy.hpp"
+#include "base/ids.hpp"
+#include "base/log.hpp"
+#include "base/time_text.hpp"
 #include "messages/error.hpp"
 #include "providers/cloudinit/seed.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/libvirt/domain_xml.hpp"
 #include "providers/provision/proxy_vm.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 #include "support/local_host.hpp"
 #include "support/testbed.hpp"
 

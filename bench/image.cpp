@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "actors/transport_choice.hpp"
+#include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/images/dedicated_link.hpp"
 #include "providers/images/fill.hpp"
@@ -67,7 +68,6 @@
 #include "providers/libvirt/volumes.hpp"
 #include "providers/mirror/download.hpp"
 #include "providers/mirror/sha256.hpp"
-#include "runtime/log.hpp"
 #include "support/http_server.hpp"
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"

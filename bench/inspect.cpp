@@ -47,10 +47,10 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "base/log.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 
 extern char** environ;
 

@@ -18,7 +18,7 @@
 //  3. the ratio of (2) to the libvirt keepalive bound (1 s x 3 + 1 s = 4 s).
 //     (Killing libvirt's own qemu+ssh transport from inside the process is
 //     impossible - the socket belongs to the ssh child - so there is no
-//     kill figure for it: notes/feasibility.md section 4.)
+//     kill figure for it: docs/notes/transport.md#kill-timings.)
 //
 // Everything runs against one private libvirtd (daemon test driver,
 // test:///default) and one private sshd inside a test-bed network namespace;
@@ -44,11 +44,11 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 

@@ -18,9 +18,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "base/log.hpp"
 #include "messages/error.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 
 using namespace std::chrono;
 

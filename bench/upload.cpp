@@ -49,11 +49,11 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/volumes.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
@@ -248,7 +248,7 @@ struct setup {
     pool_dir = lv.define_dir_pool(pool);
     // libvirt's qemu+ssh runs `<command> [-p port] [-l user] [-i key] ... host
     // sh -c '...'`: the wrapper pins the sshd's known_hosts and reads no
-    // config, agent or other key (as feasibility.md's sshwrap).
+    // config, agent or other key (as the sshwrap in docs/notes/transport.md#built-in-libvirt-transports).
     wrapper = tmp / "sshwrap";
     testbed::write_file(wrapper,
                         "#!/bin/sh\nexec ssh -F /dev/null -o BatchMode=yes"

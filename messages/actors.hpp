@@ -13,9 +13,9 @@
 #include <caf/timespan.hpp>
 #include <caf/typed_actor.hpp>
 
+#include "messages/config.hpp"
 #include "messages/types.hpp"
 #include "messages/vocabulary.hpp"
-#include "runtime/config.hpp"
 
 namespace egress {
 

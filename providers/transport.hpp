@@ -3,7 +3,7 @@
 //
 // libvirt has no per-call cancel: the only way to abandon a blocked call is
 // to kill its transport, and that kill must never wait on a lock or on I/O
-// (seed H1: a close queued behind a TCP write stuck for ~15 minutes). So the
+// (docs/notes/failures.md#close-behind-a-stuck-write: a close queued behind a TCP write stuck for ~15 minutes). So the
 // engine owns the transport, and kill() is only shutdown() calls on file
 // descriptors it owns: lock-free, immediate, callable from any thread.
 // Handles are freed by the owner (the last shared_ptr), never by kill().

@@ -30,11 +30,11 @@
 #include <caf/openssl/publish.hpp>
 
 #include "actors/metrics_server.hpp"
+#include "base/log.hpp"
 #include "messages/error.hpp"
-#include "runtime/config.hpp"
 #include "runtime/config_dump.hpp"
+#include "runtime/config_file.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 #include "runtime/status_table.hpp"
 
 namespace {
@@ -69,7 +69,7 @@ const char* usage_text =
 
 // Ends the process hard if a stop takes longer than its bound. A detached
 // actor blocked in a call that no kill can reach would otherwise hold the
-// actor system's destructor forever (notes/caf.md, pitfall 1).
+// actor system's destructor forever (docs/notes/caf.md#detached-actors-are-joined-at-shutdown).
 class stop_watchdog {
 public:
   explicit stop_watchdog(caf::timespan bound) {

@@ -44,9 +44,9 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/admission.hpp"
-#include "providers/crypto/secret.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
+#include "providers/crypto/secret.hpp"
 #include "runtime/engine.hpp"
 
 using namespace egress;

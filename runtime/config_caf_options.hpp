@@ -1,5 +1,5 @@
 #pragma once
-// Internal to the config loader (runtime/config.cpp): the checks of every key
+// Internal to the config loader (runtime/config_file.cpp): the checks of every key
 // outside [engine], which must be an option the actor_system_config declares
 // (CAF's own scheduler.*, logger.*, middleman.* ... plus any the application
 // adds) and must hold a value of that option's type. Not a public interface.
@@ -11,6 +11,8 @@
 
 #include <caf/actor_system_config.hpp>
 #include <caf/config_value.hpp>
+
+#include "messages/config_check.hpp"
 
 namespace egress::config_detail {
 
@@ -26,18 +28,13 @@ struct key_problem {
 /// cfg.config_file_path again, raw, when it names a readable file.
 std::vector<key_problem> check_caf_options(const caf::actor_system_config& cfg);
 
-// -- shared with runtime/config.cpp, which defines them -----------------------
+// -- shared with runtime/config_file.cpp ------------------------------------
 
 /// What a value is, for "got ...": `string "2"`, `integer 5`, `a list`.
+/// Defined in runtime/config_file.cpp.
 std::string describe(const caf::config_value& x);
 
-/// "a.b" from ("a", "b"); "b" from ("", "b").
-std::string at(const std::string& path, std::string_view key);
-
-/// "a[2]" from ("a", 2).
-std::string at(const std::string& path, size_t index);
-
-/// "x, y, z".
-std::string join(const std::vector<std::string>& xs);
+using config_check::at;
+using config_check::join;
 
 } // namespace egress::config_detail

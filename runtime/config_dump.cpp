@@ -2,22 +2,11 @@
 
 #include <chrono>
 
+#include "base/time_text.hpp"
+
 namespace egress {
 
 namespace {
-
-// The largest unit that states the value exactly, so a dump reads back as
-// the same configuration (250us must not become 0s).
-std::string duration(caf::timespan d) {
-  auto ns = d.count();
-  if (ns % 1'000'000'000 == 0)
-    return std::to_string(ns / 1'000'000'000) + "s";
-  if (ns % 1'000'000 == 0)
-    return std::to_string(ns / 1'000'000) + "ms";
-  if (ns % 1'000 == 0)
-    return std::to_string(ns / 1'000) + "us";
-  return std::to_string(ns) + "ns";
-}
 
 // Strings reach this dump only after validation (names, tags, paths), but a
 // path may still hold a quote or backslash: escape both.
@@ -46,17 +35,17 @@ std::string dump_config(const engine_config& cfg) {
     out += " of " + cfg.config_file;
   out += "\n[engine]\n";
   out += "entry = " + quoted(cfg.entry) + "\n";
-  out += "poll-interval = " + duration(cfg.poll_interval) + "\n";
+  out += "poll-interval = " + duration_text(cfg.poll_interval) + "\n";
   out += "address-grace = " + std::to_string(cfg.address_grace) + "\n";
-  out += "shutdown-timeout = " + duration(cfg.shutdown_timeout) + "\n";
-  out += "redial-min = " + duration(cfg.redial_min) + "\n";
-  out += "redial-max = " + duration(cfg.redial_max) + "\n";
+  out += "shutdown-timeout = " + duration_text(cfg.shutdown_timeout) + "\n";
+  out += "redial-min = " + duration_text(cfg.redial_min) + "\n";
+  out += "redial-max = " + duration_text(cfg.redial_max) + "\n";
   out += std::string{"gc = "} + (cfg.gc ? "true" : "false") + "\n";
   out += "probe = { mode = " + quoted(cfg.probe.mode);
   if (!cfg.probe.target.empty())
     out += ", target = " + quoted(cfg.probe.target);
-  out += ", interval = " + duration(cfg.probe.interval)
-         + ", timeout = " + duration(cfg.probe.timeout)
+  out += ", interval = " + duration_text(cfg.probe.interval)
+         + ", timeout = " + duration_text(cfg.probe.timeout)
          + ", rise = " + std::to_string(cfg.probe.rise)
          + ", fall = " + std::to_string(cfg.probe.fall) + " }\n";
   out += std::string{"inspect = { enabled = "} + (cfg.inspect.enabled ? "true" : "false")
@@ -86,14 +75,14 @@ std::string dump_config(const engine_config& cfg) {
              + ", remote-socket = " + quoted(h.remote_socket)
              + (h.remote_command.empty() ? std::string{}
                                          : ", remote-command = " + quoted(h.remote_command))
-             + ", ssh-keepalive = " + duration(h.ssh_keepalive)
-             + ", ssh-watchdog = " + duration(h.ssh_watchdog)
-             + ", tcp-user-timeout = " + duration(h.tcp_user_timeout);
+             + ", ssh-keepalive = " + duration_text(h.ssh_keepalive)
+             + ", ssh-watchdog = " + duration_text(h.ssh_watchdog)
+             + ", tcp-user-timeout = " + duration_text(h.tcp_user_timeout);
     if (h.transport == "local-socket")
       out += ", socket = " + quoted(h.socket);
     if (h.transport != "direct")
       out += ", bridge-dir = " + quoted(h.bridge_dir);
-    out += ", keepalive-interval = " + duration(h.keepalive_interval)
+    out += ", keepalive-interval = " + duration_text(h.keepalive_interval)
            + ", keepalive-count = " + std::to_string(h.keepalive_count);
     if (!h.pool.empty())
       out += ", pool = " + quoted(h.pool);
@@ -102,8 +91,8 @@ std::string dump_config(const engine_config& cfg) {
     if (!h.console_log_dir.empty())
       out += ", console-log-dir = " + quoted(h.console_log_dir);
     out += ", max-calls = " + std::to_string(h.max_calls)
-           + ", call-budget = " + duration(h.call_budget)
-           + ", connect-timeout = " + duration(h.connect_timeout)
+           + ", call-budget = " + duration_text(h.call_budget)
+           + ", connect-timeout = " + duration_text(h.connect_timeout)
            + ", address-sources = " + list(h.address_sources) + " },\n";
   }
   out += "]\nimages = [\n";
@@ -111,7 +100,7 @@ std::string dump_config(const engine_config& cfg) {
     out += "  { name = " + quoted(img.name) + ", url = " + quoted(img.url)
            + ", sha256 = " + quoted(img.sha256) + ", size = " + std::to_string(img.size)
            + ", format = " + quoted(img.format)
-           + ", transfer-budget = " + duration(img.transfer_budget) + " },\n";
+           + ", transfer-budget = " + duration_text(img.transfer_budget) + " },\n";
   }
   out += "]\nproxies = [\n";
   for (auto& p : cfg.proxies) {

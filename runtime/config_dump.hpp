@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "runtime/config.hpp"
+#include "messages/config.hpp"
 
 namespace egress {
 

@@ -21,7 +21,7 @@
 
 #include "actors/fleet.hpp"
 #include "messages/actors.hpp"
-#include "runtime/config.hpp"
+#include "messages/config.hpp"
 
 namespace egress {
 

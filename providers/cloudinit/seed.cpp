@@ -14,7 +14,7 @@
 #include <libisofs/libisofs.h>
 
 #include "messages/error.hpp"
-#include "providers/libvirt/names.hpp"
+#include "messages/names.hpp"
 
 namespace egress::cloudinit {
 
@@ -275,7 +275,7 @@ bool alnum(char c) {
 
 caf::error invalid(std::string_view field, std::string_view value, std::string_view why) {
   return make_error(ec::invalid_argument, "proxy_seed." + std::string{field} + ": "
-                                            + lv::quote(value) + " " + std::string{why});
+                                            + quote(value) + " " + std::string{why});
 }
 
 caf::error check_instance_id(std::string_view v) {
@@ -309,33 +309,6 @@ caf::error check_hostname(std::string_view v) {
                  "1..63 each, no '-' at either end; at most 64 characters)");
 }
 
-caf::error check_cidr(std::string_view v) {
-  auto slash = v.find('/');
-  bool ok = slash != std::string_view::npos && slash > 0 && slash + 1 < v.size()
-            && v.size() - slash - 1 <= 3;
-  if (ok) {
-    std::string addr{v.substr(0, slash)};
-    unsigned char bytes[16];
-    int max_prefix = 0;
-    if (inet_pton(AF_INET, addr.c_str(), bytes) == 1)
-      max_prefix = 32;
-    else if (inet_pton(AF_INET6, addr.c_str(), bytes) == 1)
-      max_prefix = 128;
-    else
-      ok = false;
-    int prefix = 0;
-    for (auto c : v.substr(slash + 1)) {
-      ok = ok && c >= '0' && c <= '9';
-      prefix = prefix * 10 + (c - '0');
-    }
-    ok = ok && prefix <= max_prefix;
-  }
-  if (ok)
-    return {};
-  return invalid("allow_cidr", v,
-                 "is not an address with a prefix length (e.g. 10.0.0.0/8 or fd00::/64)");
-}
-
 } // namespace
 
 caf::expected<seed_files> render_seed(const proxy_seed& p) {
@@ -345,7 +318,7 @@ caf::expected<seed_files> render_seed(const proxy_seed& p) {
     return err;
   if (p.port == 0)
     return make_error(ec::invalid_argument, "proxy_seed.port: 0 is not a valid port (1..65535)");
-  if (auto err = check_cidr(p.allow_cidr))
+  if (auto err = check_cidr("proxy_seed.allow_cidr", p.allow_cidr))
     return err;
 
   seed_files out;

@@ -93,6 +93,9 @@ std::optional<uint64_t> vouched_virtual_size(const std::string& text,
   return virtual_size;
 }
 
+static_assert(lv::default_upload_chunk >= header_window,
+              "the first read must hold the whole header window");
+
 // Reads from `dl` into `buf` (`cap` bytes) until it holds the header
 // window or the source ended: the format check sees the same bytes
 // whatever pieces the mirror delivers them in.
@@ -132,6 +135,24 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
       return text.error();
     auto virtual_size = vouched_virtual_size(*text, img, (*data)->length);
     if (virtual_size && (img.size == 0 || img.size == (*data)->length)) {
+      // A pool filled before the format check existed (or by an older
+      // check) may hold an image the check refuses: it goes, marker first.
+      std::string head;
+      auto n = std::min<uint64_t>(header_window, (*data)->length);
+      if (n > 0)
+        if (auto err = lv::download_volume(c, pool, names.data, 0, n,
+                                           [&](const char* p, size_t k) {
+                                             head.append(p, k);
+                                             return caf::error{};
+                                           }))
+          return err;
+      if (auto checked = check_header(img.name, img.format, head, (*data)->length);
+          !checked) {
+        if (auto err = lv::delete_volume(c, pool, names.marker))
+          return err;
+        at.data_touched = true;
+        return checked.error();
+      }
       fill_result r;
       r.volume = names.data;
       r.path = (*data)->path;

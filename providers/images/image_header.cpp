@@ -5,19 +5,25 @@
 #include <optional>
 
 #include "messages/error.hpp"
+#include "messages/names.hpp"
 
 namespace egress::images {
 
 namespace {
 
-// The qcow2 header (QEMU's docs/interop/qcow2.txt), big-endian fields.
+// The qcow2 header (QEMU's format specification, interop/qcow2.txt in its
+// documentation), big-endian fields.
 constexpr uint32_t qcow_magic = 0x514649fb; // "QFI\xfb": qcow (v1) and qcow2
 constexpr size_t v2_header_length = 72;
 constexpr size_t v3_header_length = 104;
+constexpr uint64_t incompat_corrupt = uint64_t{1} << 1;
 constexpr uint64_t incompat_data_file = uint64_t{1} << 2;
 constexpr uint64_t incompat_known = (uint64_t{1} << 5) - 1; // dirty .. extended L2
 constexpr uint32_t ext_end = 0;
 constexpr uint32_t ext_data_file = 0x44415441; // "DATA": external data file name
+// Far beyond any proxy's disk; a larger header is hostile or broken, and its
+// virtual size becomes the capacity of every overlay made on it.
+constexpr uint64_t max_virtual_size = uint64_t{1} << 50; // 1 PiB
 
 uint64_t be(std::string_view b, size_t at, size_t width) {
   uint64_t v = 0;
@@ -32,12 +38,15 @@ bool starts_with_at(std::string_view b, size_t at, std::string_view magic) {
 
 // The formats whose header libvirt's pool refresh follows to other files
 // (it parses a backing store for each): an image of any other declared
-// format must not look like one of them.
+// format must not look like one of them. libvirt's probe matches qcow,
+// qcow2 and QED by their first three bytes ("QFI", "QED") whatever follows,
+// so the check does too.
 std::optional<std::string> foreign_header(std::string_view b) {
-  if (b.size() >= 8 && be(b, 0, 4) == qcow_magic)
-    return "a qcow" + std::string{be(b, 4, 4) >= 2 ? "2" : ""} + " header (version "
-           + std::to_string(be(b, 4, 4)) + ")";
-  if (starts_with_at(b, 0, std::string_view{"QED\0", 4}))
+  if (starts_with_at(b, 0, "QFI"))
+    return b.size() >= 8 ? "a qcow" + std::string{be(b, 4, 4) >= 2 ? "2" : ""}
+                             + " header (version " + std::to_string(be(b, 4, 4)) + ")"
+                         : std::string{"a qcow header"};
+  if (starts_with_at(b, 0, "QED"))
     return std::string{"a QED header"};
   if (starts_with_at(b, 0, "KDMV") || starts_with_at(b, 0, "# Disk DescriptorFile"))
     return std::string{"a VMDK header"};
@@ -81,23 +90,6 @@ std::string hex_of(uint64_t v) {
   return buf;
 }
 
-// Printable, short: a hostile header's bytes end up in logs and statuses.
-std::string shown(std::string_view raw) {
-  std::string out;
-  for (char ch : raw.substr(0, 64)) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      out += ch;
-    } else {
-      static constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return "\"" + out + (raw.size() > 64 ? "...\"" : "\"");
-}
-
 class refusal {
 public:
   refusal(const std::string& name, const std::string& format)
@@ -124,7 +116,7 @@ caf::expected<header_facts> check_qcow2(std::string_view b, uint64_t length,
   if (backing_offset != 0 || backing_size != 0) {
     std::string name;
     if (backing_offset < b.size() && backing_size > 0)
-      name = " " + shown(b.substr(backing_offset, backing_size));
+      name = " " + quote(b.substr(backing_offset, backing_size));
     return refuse("its qcow2 header names a backing file" + name
                   + ": a cached image must stand alone");
   }
@@ -133,8 +125,9 @@ caf::expected<header_facts> check_qcow2(std::string_view b, uint64_t length,
     return refuse("qcow2 cluster bits " + std::to_string(cluster_bits)
                   + " (9 to 21 expected)");
   auto virtual_size = be(b, 24, 8);
-  if (virtual_size == 0)
-    return refuse("its qcow2 header declares a virtual size of 0");
+  if (virtual_size == 0 || virtual_size > max_virtual_size)
+    return refuse("its qcow2 header declares a virtual size of " + std::to_string(virtual_size)
+                  + " bytes (1 to " + std::to_string(max_virtual_size) + " expected)");
   if (auto crypt = be(b, 32, 4); crypt != 0)
     return refuse("it is encrypted (qcow2 crypt method " + std::to_string(crypt)
                   + "): the engine has no key to give QEMU");
@@ -143,6 +136,8 @@ caf::expected<header_facts> check_qcow2(std::string_view b, uint64_t length,
     if (b.size() < v3_header_length)
       return refuse("shorter than a qcow2 version 3 header");
     auto incompat = be(b, 72, 8);
+    if (incompat & incompat_corrupt)
+      return refuse("its qcow2 header is marked corrupt");
     if (incompat & incompat_data_file)
       return refuse("its qcow2 header uses an external data file: a cached image must "
                     "stand alone");
@@ -154,23 +149,26 @@ caf::expected<header_facts> check_qcow2(std::string_view b, uint64_t length,
       return refuse("qcow2 header length " + std::to_string(header_length));
   }
   // Header extensions follow the header, each (type, length, data padded to
-  // 8 bytes), up to an end mark, all inside the first cluster.
+  // 8 bytes), up to an end mark, all inside the first cluster. QEMU pads;
+  // libvirt steps over the data unpadded: both walks must find no data file.
   uint64_t cluster = uint64_t{1} << cluster_bits;
-  uint64_t at = header_length;
-  for (;;) {
-    if (at + 8 > cluster)
-      return refuse("its qcow2 header extensions run past the first cluster");
-    if (at + 8 > b.size())
-      return refuse("its qcow2 header extensions run past the first "
-                    + std::to_string(b.size()) + " bytes");
-    auto type = static_cast<uint32_t>(be(b, at, 4));
-    auto len = be(b, at + 4, 4);
-    if (type == ext_end)
-      break;
-    if (type == ext_data_file)
-      return refuse("its qcow2 header names an external data file: a cached image must "
-                    "stand alone");
-    at += 8 + (len + 7) / 8 * 8;
+  for (uint64_t pad : {uint64_t{8}, uint64_t{1}}) {
+    uint64_t at = header_length;
+    for (;;) {
+      if (at + 8 > cluster)
+        return refuse("its qcow2 header extensions run past the first cluster");
+      if (at + 8 > b.size())
+        return refuse("its qcow2 header extensions run past the first "
+                      + std::to_string(b.size()) + " bytes");
+      auto type = static_cast<uint32_t>(be(b, at, 4));
+      auto len = be(b, at + 4, 4);
+      if (type == ext_end)
+        break;
+      if (type == ext_data_file)
+        return refuse("its qcow2 header names an external data file: a cached image must "
+                      "stand alone");
+      at += 8 + (len + pad - 1) / pad * pad;
+    }
   }
   if (length < cluster)
     return refuse("shorter (" + std::to_string(length) + " bytes) than one of its "

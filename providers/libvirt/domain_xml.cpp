@@ -5,7 +5,7 @@
 #include <pugixml.hpp>
 
 #include "messages/error.hpp"
-#include "providers/libvirt/names.hpp"
+#include "messages/names.hpp"
 
 namespace egress::lv {
 

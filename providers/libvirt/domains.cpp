@@ -67,7 +67,7 @@ caf::error read_addresses(connection& c, virDomainPtr dom, domain_reading& r,
   for (auto src : sources) {
     auto addrs = addresses_from(dom, r.name, src);
     if (!addrs) {
-      // A dead connection is not "no address yet" (seed H3): fail the read.
+      // A dead connection is not "no address yet" (docs/notes/failures.md#pooled-connection-killed-under-a-caller): fail the read.
       if (is(addrs.error(), ec::connection_broken) || !c.alive())
         return as_transient(addrs.error());
       r.notes.push_back(render(addrs.error()));

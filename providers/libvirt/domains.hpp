@@ -24,7 +24,7 @@ caf::expected<address_source> parse_address_source(const std::string& s);
 /// answers with at least one IPv4/IPv6 address wins. A source that fails while
 /// another answers (even empty) is recorded in `notes`; if every source
 /// fails the whole read is a transient ec::no_address_source error (an
-/// unreadable address is not a missing one, seed H3).
+/// unreadable address is not a missing one, docs/notes/failures.md#unreadable-address-taken-for-missing).
 caf::expected<domain_reading>
 read_domain(connection& c, const std::string& name,
             const std::vector<address_source>& sources);

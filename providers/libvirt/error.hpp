@@ -4,7 +4,7 @@
 // The error must be copied at once, right after the failing call:
 // virConnectIsAlive() and most other calls reset the thread-local error, and a
 // harness that looked it up one call too late reported "no error" for a
-// killed connection (notes/feasibility.md).
+// killed connection (docs/notes/transport.md#after-a-kill).
 
 #include <string>
 #include <string_view>

@@ -4,7 +4,7 @@
 // libvirt's keepalive (virConnectSetKeepAlive) only works while an event loop
 // is registered and running: it is what sends the pings and notices the
 // missing answers, even while another thread is blocked inside a call on the
-// same connection (notes/feasibility.md: a blocked upload on a blackholed
+// same connection (docs/notes/transport.md#liveness-without-a-kill: a blocked upload on a blackholed
 // link was released by keepalive (1,3) after 3-4 s, and never without it).
 
 namespace egress::lv {

@@ -9,8 +9,8 @@
 #include <pugixml.hpp>
 
 #include "messages/error.hpp"
+#include "messages/names.hpp"
 #include "providers/libvirt/error.hpp"
-#include "providers/libvirt/names.hpp"
 
 namespace egress::lv {
 

@@ -45,7 +45,7 @@ caf::expected<channel_ptr> channel::open_streamlocal(session& s,
   put_u32(payload, 0);
   static const char type[] = "direct-streamlocal@openssh.com";
   // Default window (2 MiB): a larger one made reads bimodal and up to 5x
-  // slower with libssh2 1.10 (notes/feasibility.md section 5).
+  // slower with libssh2 1.10 (docs/notes/transport.md#throughput).
   auto ch = libssh2_channel_open_ex(s.get(), type, sizeof(type) - 1,
                                     LIBSSH2_CHANNEL_WINDOW_DEFAULT,
                                     LIBSSH2_CHANNEL_PACKET_DEFAULT, payload.data(),

@@ -6,15 +6,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include "base/time_text.hpp"
+
 namespace egress::ssh {
 
 namespace {
-
-std::string duration_text(std::chrono::milliseconds d) {
-  if (d.count() % 1000 == 0)
-    return std::to_string(d.count() / 1000) + "s";
-  return std::to_string(d.count()) + "ms";
-}
 
 // libssh2's texts for a dead TCP connection ("transport read") do not say
 // what happened; these do.

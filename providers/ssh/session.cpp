@@ -238,7 +238,7 @@ caf::error session::tcp_connect(const session_options& opts,
     return make_error(ec::ssh_failed, who_ + ": killed before tcp connect");
   set_int_option(fd_, IPPROTO_TCP, TCP_NODELAY, 1);
   // Without TCP_USER_TIMEOUT, data stuck unacknowledged to a vanished peer
-  // keeps a write pending for tcp_retries2 (~15 minutes, seed H1).
+  // keeps a write pending for tcp_retries2 (~15 minutes, docs/notes/failures.md#close-behind-a-stuck-write).
   if (opts.tcp_user_timeout.count() > 0)
     set_int_option(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT,
                    static_cast<int>(opts.tcp_user_timeout.count()));

@@ -5,7 +5,7 @@
 // reason: the kill. The fd is published to the kill_switch before connect()
 // starts, so a kill from any thread can shutdown() it while the TCP connect,
 // the SSH handshake or the login blocks, and each of them returns within
-// milliseconds (measured: notes/feasibility.md section 4).
+// milliseconds (measured: docs/notes/transport.md#kill-timings).
 
 #include <atomic>
 #include <chrono>

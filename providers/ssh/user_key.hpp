@@ -4,7 +4,7 @@
 // libssh2 1.10 signs RSA user keys with SHA-1 ("ssh-rsa"); OpenSSH 8.8 and
 // later (Debian 12 ships 9.2) refuse that signature, and all the client ever
 // sees is the generic "Username/PublicKey combination invalid" (measured:
-// notes/feasibility.md section 3). A refused key looks exactly like a key
+// docs/notes/transport.md#user-keys-ed25519-only). A refused key looks exactly like a key
 // that is not authorized, so we tell the key type from the file first and
 // give the real reason instead of sending a login that cannot succeed.
 

@@ -36,7 +36,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// "Release callers of a silent peer within about 4 s" (runtime/config.hpp,
+// "Release callers of a silent peer within about 4 s" (messages/config.hpp,
 // docs/spec.md 17); a loaded machine gets 2 s of slack.
 constexpr auto liveness_bound = 6s;
 

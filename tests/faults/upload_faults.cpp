@@ -1,6 +1,6 @@
-// Faults during a volume upload through the engine's own SSH link (seed
-// finding H1: a host that vanishes mid-upload held its caller on a TCP write
-// for ~15 minutes). Real parts only: a private libvirtd (qemu driver for the
+// Faults during a volume upload through the engine's own SSH link
+// (docs/notes/failures.md#host-vanishes-mid-upload: a host that vanishes
+// mid-upload held its caller on a TCP write for ~15 minutes). Real parts only: a private libvirtd (qemu driver for the
 // dir pool that takes the upload, test driver for fast domains), an sshd
 // inside a network namespace reached over veth (partition() drops every
 // packet there, so the TCP connection stays open and silent), and a second
@@ -273,7 +273,7 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_during_an_upload_returns_at_once) {
   BOOST_CHECK(!eng->stop());
 }
 
-// The host vanishes mid-upload (the seed's 15-minute TCP write): with the
+// The host vanishes mid-upload (docs/notes/failures.md#host-vanishes-mid-upload): with the
 // default-style liveness on (libvirt keepalive 1 s x 3, SSH keepalive and
 // watchdog) the caller is released within the liveness bound, with a
 // transient error; after the partition heals, the next request redials and a

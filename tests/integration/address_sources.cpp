@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE address_sources
 // Address discovery against a real private libvirtd (qemu driver, a real
 // QEMU without a guest OS, NIC or agent): the guest agent source fails
-// ("not configured"), the lease source answers empty. Seed finding H3: an
+// ("not configured"), the lease source answers empty. docs/notes/failures.md#unreadable-address-taken-for-missing: an
 // unreadable address must never be mistaken for a missing one.
 #include <boost/test/unit_test.hpp>
 

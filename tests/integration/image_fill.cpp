@@ -315,7 +315,7 @@ BOOST_AUTO_TEST_CASE(missing_image_is_not_found_and_leaves_nothing) {
   BOOST_CHECK(volumes().empty());
 }
 
-// H4: two provider entries on one host and pool never share, overwrite or
+// docs/notes/failures.md#two-entries-share-volumes: two provider entries on one host and pool never share, overwrite or
 // delete each other's volumes, even when one of them fails.
 BOOST_AUTO_TEST_CASE(spec_09_two_entries_on_one_pool_share_nothing) {
   auto a = fill(request("alpha"));
@@ -484,7 +484,25 @@ BOOST_AUTO_TEST_CASE(spec_23_a_raw_image_with_a_qcow2_header_never_reaches_the_p
   BOOST_CHECK(volumes().empty());
 }
 
-// H4 with real qcow2 images: two entries on one pool share nothing.
+// A pool marked before the format check existed: the data (a qcow2 that
+// was declared raw) and its marker are in place. The ready check reads the
+// header again, refuses it, and deletes marker and data.
+BOOST_AUTO_TEST_CASE(spec_23_an_image_marked_ready_before_the_check_is_checked_again) {
+  format = "raw";
+  auto n = names();
+  auto req = request();
+  testbed::write_file(pool_dir + "/" + n.data, image, 0600);
+  testbed::write_file(pool_dir + "/" + n.marker,
+                      images::marker_text(req.image, image.size(), image.size()), 0600);
+  auto r = fill(req);
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("marked before the check: " << render(r.error()));
+  BOOST_CHECK(is(r.error(), ec::image_rejected));
+  BOOST_CHECK_EQUAL(http.requests(), 0u); // decided from the pool alone
+  BOOST_CHECK(volumes().empty());
+}
+
+// docs/notes/failures.md#two-entries-share-volumes with real qcow2 images: two entries on one pool share nothing.
 BOOST_AUTO_TEST_CASE(spec_09_two_entries_fill_one_qcow2_on_one_pool_and_share_nothing) {
   auto a = fill(request("alpha"));
   BOOST_REQUIRE_MESSAGE(a, show(a));

@@ -83,7 +83,6 @@ struct outcome {
   ec code() const { return static_cast<ec>(error().code()); }
 };
 
-
 struct fixture {
   std::string image = pattern(3 * mib + 12345, 42);
   test::http_server srv{image};

@@ -17,8 +17,8 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
-#include "support/engine_fixture.hpp"
 #include "providers/ssh/ssh_transport.hpp"
+#include "support/engine_fixture.hpp"
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
@@ -42,9 +42,6 @@ struct daemons : test::test_driver_daemons {
 struct fixture : test::engine_fixture {
   daemons d;
 };
-
-
-
 
 // A libvirt call through the link: lists the domains.
 call_job list_job(std::shared_ptr<std::atomic<int64_t>> returned_ns = nullptr) {

@@ -3,7 +3,7 @@
 // driver, a dir pool), both directly on its unix socket and over the engine's
 // own SSH link (real sshd, bridge, pump). What arrives is read back from the
 // pool's target file on disk. The test driver has no virStorageVolUpload
-// (notes/feasibility.md section 1), so this needs the real daemon.
+// (docs/notes/transport.md#test-driver), so this needs the real daemon.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
-#include "support/disk_images.hpp"
 
 #include <stdexcept>
 
+#include "support/disk_images.hpp"
 #include "support/testbed.hpp"
 
 namespace egress::test {

@@ -14,11 +14,10 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
-
 #include "runtime/engine.hpp"
-#include "runtime/log.hpp"
 
 namespace egress::test {
 

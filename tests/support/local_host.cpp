@@ -1,5 +1,4 @@
 // The local KVM-host stand-in (see local_host.hpp).
-#include "support/local_host.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "support/local_host.hpp"
 #include "support/ssh_host.hpp"
 
 namespace egress::test {
@@ -198,7 +198,7 @@ void local_host::start_network() {
     "    <dhcp><range start='10.213." + s + ".100' end='10.213." + s + ".200'/></dhcp>\n"
     "  </ip>\n"
     // dnsmasq pings an address before offering it: ~3 s per lease under
-    // TCG (realvm.md). The bridge is ours alone, so the check buys nothing.
+    // TCG (docs/notes/real-vms.md#dhcp-and-no-ping). The bridge is ours alone, so the check buys nothing.
     "  <dnsmasq:options><dnsmasq:option value='no-ping'/></dnsmasq:options>\n"
     "</network>\n");
   for (auto args : std::vector<std::vector<std::string>>{
@@ -261,7 +261,7 @@ host_config local_host::host() const {
   h.network = "egress-net";
   h.console_log_dir = consoles_.path();
   h.address_sources = {"lease"};
-  // A QEMU start under TCG with others booting takes seconds (realvm.md:
+  // A QEMU start under TCG with others booting takes seconds (docs/notes/real-vms.md#concurrent-boots:
   // 7-18 s for 8 at once): the budget is for a host that stopped answering.
   h.call_budget = 60s;
   return h;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
+#include "messages/config.hpp"
 #include "support/testbed.hpp"
 
 namespace egress::test {

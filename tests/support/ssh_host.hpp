@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-#include "runtime/config.hpp"
+#include "messages/config.hpp"
 #include "support/testbed.hpp"
 
 namespace egress::test {

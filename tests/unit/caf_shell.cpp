@@ -28,9 +28,9 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/admission.hpp"
-#include "providers/crypto/secret.hpp"
 #include "actors/health.hpp"
 #include "actors/inspector.hpp"
+#include "providers/crypto/secret.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/testbed.hpp"
 

@@ -14,8 +14,8 @@
 #include <caf/actor_system_config.hpp>
 
 #include "messages/error.hpp"
-#include "providers/libvirt/names.hpp"
-#include "runtime/config.hpp"
+#include "messages/names.hpp"
+#include "runtime/config_file.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;
@@ -87,7 +87,7 @@ struct fixture {
   // Expected line for a name the shared name check refuses: its text, minus
   // the key path it was given, which the line shows already.
   std::string bad_name(const std::string& key, const std::string& value) const {
-    return file + ": " + detail(lv::check_name(key, value));
+    return file + ": " + detail(check_name(key, value));
   }
 };
 
@@ -558,7 +558,7 @@ BOOST_AUTO_TEST_CASE(bad_tag) {
   auto long_tag = std::string(65, 't');
   auto text = problems(with_proxy("{name = \"px-1\", host = \"hv1\", tags = [\"ok\", \""
                                   + long_tag + "\"]}"));
-  BOOST_CHECK_EQUAL(text, file + ": " + detail(lv::check_tag("engine.proxies[0].tags[1]",
+  BOOST_CHECK_EQUAL(text, file + ": " + detail(check_tag("engine.proxies[0].tags[1]",
                                                               long_tag)));
 }
 
@@ -864,7 +864,7 @@ BOOST_AUTO_TEST_CASE(validate_requires_names_and_hosts) {
   engine_config cfg;
   cfg.config_file = "app.ini";
   auto err = validate(cfg);
-  BOOST_CHECK_EQUAL(detail(err), "app.ini: " + detail(lv::check_name("engine.entry", ""))
+  BOOST_CHECK_EQUAL(detail(err), "app.ini: " + detail(check_name("engine.entry", ""))
                                    + "\napp.ini: engine.hosts: at least one host is required");
 }
 

@@ -31,7 +31,7 @@ struct row {
   std::string expected_kind;
 };
 
-// Messages are the ones libvirt 9.0 really produced (notes/feasibility.md).
+// Messages are the ones libvirt 9.0 really produced (docs/notes/transport.md#error-messages).
 const std::vector<row> table = {
   // -- the connection went away ------------------------------------------------
   {VIR_ERR_SYSTEM_ERROR, VIR_FROM_RPC, "End of file while reading data: Input/output error",
@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(context_names_operation_message_code_and_domain) {
 
 BOOST_AUTO_TEST_CASE(explicit_transient_wrap_wins_over_the_code) {
   // An address read that failed on every source is transient even though the
-  // individual libvirt codes would classify as permanent (seed H3).
+  // individual libvirt codes would classify as permanent (docs/notes/failures.md#unreadable-address-taken-for-missing).
   auto permanent = lv::classify(VIR_ERR_INVALID_ARG, VIR_FROM_QEMU, "bad flags", "hv1: addresses");
   BOOST_REQUIRE(kind(permanent) == "permanent");
   auto wrapped = as_transient(permanent);

@@ -122,6 +122,13 @@ BOOST_AUTO_TEST_CASE(spec_23_a_qcow2_declared_that_is_not_one_is_refused) {
   require_refused(check("qcow2", q.bytes.substr(0, 50)), "shorter than a qcow2 header");
   auto short_one = q.bytes.substr(0, 4096);
   require_refused(check_header("base", "qcow2", short_one, short_one.size()), "shorter");
+  // Marked corrupt, or a virtual size no disk has.
+  auto corrupt = q.bytes;
+  corrupt[79] = static_cast<char>(corrupt[79] | 0x02);
+  require_refused(check("qcow2", corrupt), "marked corrupt");
+  auto huge = q.bytes;
+  huge[24] = static_cast<char>(0x7f);
+  require_refused(check("qcow2", huge), "virtual size");
   // An unknown incompatible feature: QEMU would refuse to open it.
   auto future = q.bytes;
   future[72] = static_cast<char>(0x80);
@@ -135,6 +142,19 @@ BOOST_AUTO_TEST_CASE(spec_23_a_raw_image_with_a_qcow2_header_is_refused) {
   for (auto format : {"raw", "kernel", "initrd"})
     require_refused(check(format, q.bytes), "qcow2 header");
   require_refused(check("raw", std::string{"QED\0", 4} + test::pattern(mib, 1)), "QED");
+  // libvirt's probe matches the first three bytes only: so does the check.
+  auto qfi = q.bytes;
+  qfi[3] = '\0';
+  for (auto format : {"raw", "kernel"})
+    require_refused(check(format, qfi), "qcow2 header");
+  auto qfi_v1 = qfi;
+  qfi_v1[7] = 1;
+  require_refused(check("raw", qfi_v1), "a qcow header");
+  require_refused(check("raw", "QEDX" + test::pattern(mib, 1)), "QED");
+  // A kernel's own magic further in does not make the start harmless.
+  auto kernel_like = qfi;
+  kernel_like.replace(0x202, 4, "HdrS");
+  require_refused(check("kernel", kernel_like), "qcow2 header");
   require_refused(check("raw", "KDMV" + test::pattern(mib, 1)), "VMDK");
   require_refused(check("raw", "# Disk DescriptorFile\nRW 8 FLAT \"/etc/shadow\" 0\n"),
                   "VMDK");

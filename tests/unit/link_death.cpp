@@ -56,8 +56,6 @@ call_job wait_for_kill(std::shared_ptr<test::kill_probe> probe) {
   return job;
 }
 
-
-
 // Sends `job` from a fresh actor; the outcome lands in `err`/`done`.
 struct pending_call {
   std::atomic<bool> done{false};
@@ -79,7 +77,6 @@ std::shared_ptr<pending_call> send_call(caf::actor_system& sys, host_link_actor 
   });
   return out;
 }
-
 
 } // namespace
 

@@ -10,6 +10,8 @@
 #include <caf/send.hpp>
 
 #include "actors/proxy.hpp"
+#include "base/ids.hpp"
+#include "base/time_text.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"

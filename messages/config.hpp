@@ -1,14 +1,14 @@
 #pragma once
-// The engine's configuration: the validated form of the [engine] section of a
-// CAF INI file. CAF alone accepts typos and wrongly typed values silently
-// (notes/caf.md); load_engine_config walks the whole settings tree and
-// refuses anything it does not know, naming the file and the key.
+// The engine's configuration: what every component is given, whether it
+// came from a CAF INI file (runtime/config_file.hpp reads one) or was built in
+// code by an embedding application; and validate(), the one set of semantic
+// checks both go through (names, references, ranges, the rules of
+// invariant 20 for what may listen where).
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <caf/actor_system_config.hpp>
 #include <caf/expected.hpp>
 #include <caf/timespan.hpp>
 
@@ -150,14 +150,10 @@ struct engine_config {
   std::vector<proxy_spec> proxies; // network already defaulted from the host
 };
 
-/// Validates the parsed configuration strictly and returns the engine's view
-/// of it. Every problem found is reported (not just the first), one per line,
-/// as "<file>: <key path>: <problem>", inside a permanent ec::config_invalid
-/// error. Keys outside `engine` must be options CAF itself declares.
-caf::expected<engine_config> load_engine_config(const caf::actor_system_config& cfg);
-
-/// Validates an engine_config built in code (the embedding API): the same
-/// semantic checks as the file path (names, references, duplicates, ranges).
+/// Validates an engine_config: names, references, duplicates, ranges. Every
+/// problem found is reported (not just the first), one per line, as
+/// "<file>: <key path>: <problem>", inside a permanent ec::config_invalid
+/// error. The file loader runs the same checks after its own.
 caf::error validate(const engine_config& cfg);
 
 /// engine.node, or the entry when it is not set.

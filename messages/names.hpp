@@ -1,6 +1,8 @@
 #pragma once
-// Every user-supplied name is checked against one strict pattern before it can
-// reach libvirt XML, a volume name or a file path. pugixml escapes what it
+// The rules for user-supplied names and values, shared by the config's
+// validation and every provider that puts them somewhere. Every name is
+// checked against one strict pattern before it can reach libvirt XML, a
+// volume name or a file path. pugixml escapes what it
 // writes, but a name that is merely escaped can still be a path ("../x"), too
 // long for a volume, or confusing in a log; refusing it early is simpler.
 
@@ -9,7 +11,7 @@
 
 #include <caf/error.hpp>
 
-namespace egress::lv {
+namespace egress {
 
 /// The pattern, for error messages and docs.
 inline constexpr const char* name_pattern = "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?";
@@ -32,8 +34,12 @@ inline constexpr const char* volume_name_pattern = "NAME(.NAME)* with NAME = [a-
 
 caf::error check_volume_name(std::string_view what, std::string_view value);
 
+/// An address with a prefix length, IPv4 or IPv6 ("10.0.0.0/8",
+/// "fd00::/64"): a proxy's allow-from. Worded like check_name.
+caf::error check_cidr(std::string_view what, std::string_view value);
+
 /// A tag is a free-form label: 1..64 printable ASCII characters, no control
 /// characters. It reaches XML only as escaped text content.
 caf::error check_tag(std::string_view what, std::string_view value);
 
-} // namespace egress::lv
+} // namespace egress

@@ -1,11 +1,13 @@
-#include "providers/libvirt/names.hpp"
+#include "messages/names.hpp"
+
+#include <arpa/inet.h>
 
 #include <cstdio>
 #include <string>
 
 #include "messages/error.hpp"
 
-namespace egress::lv {
+namespace egress {
 
 namespace {
 
@@ -87,4 +89,33 @@ caf::error check_tag(std::string_view what, std::string_view value) {
                       + " is not a valid tag (must be 1..64 printable ASCII characters)");
 }
 
-} // namespace egress::lv
+caf::error check_cidr(std::string_view what, std::string_view value) {
+  auto slash = value.find('/');
+  bool ok = slash != std::string_view::npos && slash > 0 && slash + 1 < value.size()
+            && value.size() - slash - 1 <= 3;
+  if (ok) {
+    std::string addr{value.substr(0, slash)};
+    unsigned char bytes[16];
+    int max_prefix = 0;
+    if (inet_pton(AF_INET, addr.c_str(), bytes) == 1)
+      max_prefix = 32;
+    else if (inet_pton(AF_INET6, addr.c_str(), bytes) == 1)
+      max_prefix = 128;
+    else
+      ok = false;
+    int prefix = 0;
+    for (auto c : value.substr(slash + 1)) {
+      ok = ok && c >= '0' && c <= '9';
+      prefix = prefix * 10 + (c - '0');
+    }
+    ok = ok && prefix <= max_prefix;
+  }
+  if (ok)
+    return {};
+  return make_error(ec::invalid_argument,
+                    std::string{what} + ": " + quote(value)
+                      + " is not an address with a prefix length (e.g. 10.0.0.0/8 or "
+                        "fd00::/64)");
+}
+
+} // namespace egress

@@ -1,0 +1,21 @@
+#pragma once
+// Reading the engine's configuration from a CAF INI file: the [engine]
+// section into an engine_config (messages/config.hpp), strictly. CAF alone
+// accepts typos and wrongly typed values silently (docs/notes/caf.md), so
+// load_engine_config walks the whole settings tree and refuses anything it
+// does not know, naming the file and the key, then runs validate()'s checks.
+
+#include <caf/actor_system_config.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/config.hpp"
+
+namespace egress {
+
+/// Validates the parsed configuration strictly and returns the engine's view
+/// of it. Every problem found is reported (not just the first), one per line,
+/// as "<file>: <key path>: <problem>", inside a permanent ec::config_invalid
+/// error. Keys outside `engine` must be options CAF itself declares.
+caf::expected<engine_config> load_engine_config(const caf::actor_system_config& cfg);
+
+} // namespace egress
