@@ -73,14 +73,14 @@ void call_ledger::prune() {
     calls_.erase(done[k]);
 }
 
-std::vector<actor_entry> call_ledger::entries() const {
+std::vector<actor_row> call_ledger::rows() const {
   auto now = clock::now();
-  std::vector<actor_entry> out;
+  std::vector<actor_row> out;
   out.reserve(calls_.size());
   for (auto& [addr, r] : calls_) {
     if (r.ended && now - r.ended_at > keep_ended)
       continue; // pruned on the next end
-    actor_entry e;
+    actor_row e;
     e.kind = "call";
     e.name = r.host + "#" + std::to_string(r.id);
     e.started_at = r.started_at;

@@ -74,8 +74,8 @@ public:
 
   size_t abandoned_running() const;
 
-  /// One actor_entry (kind "call") per listed call, ages as of now.
-  std::vector<actor_entry> entries() const;
+  /// One actor_row (kind "call") per listed call, ages as of now.
+  std::vector<actor_row> rows() const;
 
 private:
   static void mark_abandoned(record& r, const std::string& reason);

@@ -10,7 +10,6 @@
 #include "actors/proxy.hpp"
 #include "actors/transport_choice.hpp"
 #include "base/log.hpp"
-#include "base/time_text.hpp"
 #include "messages/error.hpp"
 #include "providers/provision/gc.hpp"
 
@@ -99,17 +98,12 @@ const host_config& host_of(fleet_pointer self, const std::string& name) {
   return *by_name(self->state.cfg.hosts, name); // validated: every proxy names a host
 }
 
-// Sends each event to every watcher (none: nothing is built to be sent).
-template <class View, class Status>
-void note_change(fleet_pointer self, const View& view, const std::string& key,
-                 const Status& now) {
+// Records a push in the view and sends what it changed to every watcher
+// (none: nothing is built to be sent).
+template <class Status>
+void record(fleet_pointer self, Status now) {
   auto& st = self->state;
-  auto i = view.find(key);
-  auto before = i == view.end() ? nullptr : &i->second;
-  st.metrics.observe(before, now);
-  if (st.watchers.empty())
-    return;
-  for (auto& ev : events_between(before, now)) {
+  for (auto& ev : st.view.record(std::move(now), !st.watchers.empty())) {
     ev.node = st.cfg.node;
     for (auto& w : st.watchers)
       self->send(w, ev);
@@ -134,7 +128,7 @@ void spawn_link(fleet_pointer self, const host_config& h) {
   self->send(link, atom::subscribe_v, link_events_actor{self});
   self->monitor(link);
   st.links[h.name] = link;
-  st.started["link/" + h.name] = now_rfc3339();
+  st.view.spawned("link/" + h.name);
   std::lock_guard<std::mutex> guard{st.book->mtx};
   st.book->hosts[h.name] = h;
 }
@@ -147,14 +141,14 @@ void retire_link(fleet_pointer self, const std::string& host, const std::string&
     self->send_exit(i->second, caf::exit_reason::user_shutdown);
     st.links.erase(i);
   }
-  st.link_view.erase(host);
+  st.view.forget_link(host);
   self->send(st.health, atom::kill_v, host);
   std::lock_guard<std::mutex> guard{st.book->mtx};
   st.book->hosts.erase(host);
 }
 
 // One image actor per (image, host) that a proxy needs, spawned on first
-// need: the provider entry is the fleet's own, so every cache entry is
+// need: the provider entry is the fleet's own, so every cached image is
 // (entry, image) on a host.
 image_actor image_for(fleet_pointer self, const std::string& image, const std::string& host) {
   auto& st = self->state;
@@ -175,7 +169,7 @@ image_actor image_for(fleet_pointer self, const std::string& image, const std::s
   auto img = spawn_image(self->system(), std::move(o));
   self->monitor(img);
   st.images.emplace(key, img);
-  st.started["image/" + key] = now_rfc3339();
+  st.view.spawned("image/" + key);
   return img;
 }
 
@@ -191,7 +185,7 @@ void retire_images(fleet_pointer self, const std::vector<std::string>& images,
     auto at = i->first.find('@');
     if (in(images, i->first.substr(0, at)) || in(hosts, i->first.substr(at + 1))) {
       self->send_exit(i->second, caf::exit_reason::user_shutdown);
-      st.image_view.erase(i->first);
+      st.view.forget_image(i->first);
       i = st.images.erase(i);
     } else {
       ++i;
@@ -233,7 +227,8 @@ void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
   auto proxy = self->spawn(make_proxy, std::move(o));
   self->monitor(proxy);
   st.proxies[p.name] = proxy;
-  st.started["proxy/" + p.name] = now_rfc3339();
+  st.view.spawned("proxy/" + p.name);
+  st.view.declare_proxy(p.name, true);
 }
 
 // Ends a proxy's actor without touching its VM: the VM is adopted by mark
@@ -244,8 +239,8 @@ void retire_proxy(fleet_pointer self, const std::string& name) {
     self->send_exit(i->second, caf::exit_reason::user_shutdown);
     st.proxies.erase(i);
   }
-  st.proxy_view.erase(name);
-  st.health_view.erase(name);
+  st.view.forget_proxy(name);
+  st.view.declare_proxy(name, false);
   self->send(st.health, atom::forget_v, name);
 }
 
@@ -274,12 +269,12 @@ void spawn_health(fleet_pointer self) {
     return probes_make_sense(h) ? make(h) : probe::prober_ptr{};
   };
   st.health = self->spawn(make_health, std::move(o));
-  st.started["health/health"] = now_rfc3339();
+  st.view.spawned("health/health");
   self->monitor(st.health);
   for (auto& s : st.subscribers)
     self->send(st.health, atom::subscribe_v, s);
   // The new health actor learns the current state from the views.
-  for (auto& [_, s] : st.link_view)
+  for (auto& [_, s] : st.view.links())
     self->send(st.health, s);
 }
 
@@ -409,8 +404,7 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   st.cfg = std::move(next);
   if (d.probe_changed) {
     self->send_exit(st.health, caf::exit_reason::user_shutdown);
-    for (auto& [name, v] : st.health_view)
-      v.in_rotation = false;
+    st.view.clear_rotation();
     spawn_health(self);
   }
   for (auto& h : st.cfg.hosts)
@@ -421,11 +415,10 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
       spawn_proxy(self, p);
   // What the new health actor must know about proxies nobody respawned.
   if (d.probe_changed)
-    for (auto& [_, s] : st.proxy_view)
+    for (auto& [_, s] : st.view.proxies())
       tell_health(self, s);
-  ++st.reloads;
-  st.last_reload = "applied: " + d.summary();
-  log::info("fleet", "reload " + st.last_reload);
+  st.view.reload_applied(d.summary());
+  log::info("fleet", "reload " + st.view.last_reload());
   if (st.cfg.gc)
     run_gc(self);
   return d.summary();
@@ -472,30 +465,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     [self](atom::ls) { return directory_of(self->state); },
     [self](atom::status) {
       auto& st = self->state;
-      fleet_status out;
-      out.node = st.cfg.node;
-      out.entry = st.cfg.entry;
-      for (auto& [_, s] : st.link_view)
-        out.links.push_back(s);
-      for (auto& [name, s] : st.proxy_view) {
-        auto p = s;
-        if (auto h = st.health_view.find(name); h != st.health_view.end()) {
-          p.in_rotation = h->second.in_rotation;
-          p.probes_ok = h->second.probes_ok;
-          p.probes_failed = h->second.probes_failed;
-          p.probe_streak = h->second.streak;
-          p.last_probe = h->second.last_probe;
-          p.probe_ms = h->second.probe_ms;
-          if (p.in_rotation)
-            out.rotation.push_back(name);
-        }
-        out.proxies.push_back(std::move(p));
-      }
-      for (auto& [_, s] : st.image_view)
-        out.images.push_back(s);
-      out.reloads = st.reloads;
-      out.last_reload = st.last_reload;
-      return out;
+      return st.view.status(st.cfg.node, st.cfg.entry);
     },
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
       auto i = self->state.links.find(host);
@@ -526,8 +496,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
         return make_error(ec::shutting_down, "the engine is stopping");
       auto r = apply(self, std::move(next));
       if (!r) {
-        st.last_reload = "rejected: " + render(r.error());
-        log::error("fleet", "reload " + st.last_reload);
+        st.view.reload_rejected(render(r.error()));
+        log::error("fleet", "reload " + st.view.last_reload());
         return r.error();
       }
       return *r;
@@ -554,14 +524,14 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
         return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
       return self->delegate(self->state.health, atom::drain_v, std::move(name), drained);
     },
-    [self](atom::run, std::string& name) -> caf::result<proxy_status> {
+    [self](atom::reconcile, std::string& name) -> caf::result<proxy_status> {
       auto& st = self->state;
       auto i = st.proxies.find(name);
       if (i == st.proxies.end())
         return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
-      self->send(i->second, atom::run_v);
-      auto v = st.proxy_view.find(name);
-      if (v != st.proxy_view.end())
+      self->send(i->second, atom::reconcile_v);
+      auto v = st.view.proxies().find(name);
+      if (v != st.view.proxies().end())
         return v->second;
       proxy_status s;
       s.name = name;
@@ -599,7 +569,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       self->quit();
       return true;
     },
-    [self](atom::metrics) { return render_metrics(self->state); },
+    [self](atom::metrics) { return self->state.view.metrics(); },
     [self](link_down& ev) {
       log::warn("fleet", "link_down " + ev.host + ": " + ev.reason);
     },
@@ -608,8 +578,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       if (!self->state.links.contains(s.host))
         return;
       self->send(self->state.health, s);
-      note_change(self, self->state.link_view, s.host, s);
-      self->state.link_view[s.host] = std::move(s);
+      record(self, std::move(s));
     },
     [self](proxy_status& s) {
       auto& st = self->state;
@@ -619,22 +588,18 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
           && s.phase != proxy_phase::deleting)
         return;
       tell_health(self, s);
-      note_change(self, st.proxy_view, s.name, s);
-      st.proxy_view[s.name] = std::move(s);
+      record(self, std::move(s));
     },
     [self](image_status& s) {
-      auto key = s.image + "@" + s.host;
-      if (!self->state.images.contains(key))
+      if (!self->state.images.contains(s.image + "@" + s.host))
         return;
-      note_change(self, self->state.image_view, key, s);
-      self->state.image_view[key] = std::move(s);
+      record(self, std::move(s));
     },
     [self](proxy_health& h) {
       auto& st = self->state;
-      if (!st.proxy_view.contains(h.name) && !st.proxies.contains(h.name))
+      if (!st.view.proxies().contains(h.name) && !st.proxies.contains(h.name))
         return;
-      note_change(self, st.health_view, h.name, h);
-      st.health_view[h.name] = std::move(h);
+      record(self, std::move(h));
     },
   };
 }

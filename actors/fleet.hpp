@@ -1,6 +1,6 @@
 #pragma once
 // The engine's root actor: turns the validated config into one host link per
-// host, one proxy per declared proxy, the image cache entries they need and
+// host, one proxy per declared proxy, the cached images they need and
 // one health actor; keeps the status view they push; applies a reloaded
 // config as a difference; runs garbage collection by mark; and runs the
 // shutdown order (kill links first, then let everything exit).
@@ -13,7 +13,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/fleet_metrics.hpp"
+#include "actors/fleet_view.hpp"
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
@@ -54,16 +54,7 @@ struct fleet_state {
   // reload that changed the probe settings.
   std::vector<rotation_events_actor> subscribers;
   std::vector<engine_events_actor> watchers; // caf-shell watch, monitored
-  std::map<std::string, image_status> image_view;
-  std::map<std::string, link_status> link_view;
-  std::map<std::string, proxy_status> proxy_view;
-  std::map<std::string, proxy_health> health_view;
-  // When each actor was spawned ("link/hv1", "image/base@hv1", ...), for
-  // the inspector's directory.
-  std::map<std::string, std::string> started;
-  uint64_t reloads = 0;
-  std::string last_reload;
-  fleet_metrics metrics; // accumulated from the pushes (fleet_metrics.cpp)
+  fleet_view view; // the pushes, the metrics' counters, the events
   bool gc_done = false; // the first pass after start succeeded everywhere
   bool stopping = false;
 };
@@ -74,14 +65,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
                                       fleet_hooks hooks);
 
 /// The fleet's actors with their state, for the inspector (fleet_directory.cpp).
-std::vector<directory_entry> directory_of(const fleet_state& st);
-
-/// The events between a view's last entry (nullptr: none yet) and its new
-/// one (fleet_events.cpp).
-std::vector<engine_event> events_between(const link_status* before, const link_status& now);
-std::vector<engine_event> events_between(const image_status* before, const image_status& now);
-std::vector<engine_event> events_between(const proxy_status* before, const proxy_status& now);
-std::vector<engine_event> events_between(const proxy_health* before, const proxy_health& now);
+std::vector<directory_row> directory_of(const fleet_state& st);
 
 /// How long a proxy waits for its link's answer: a dial, a wait in the queue
 /// behind one full budget, the call's own budget, and a second of slack.

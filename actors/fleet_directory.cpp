@@ -16,29 +16,28 @@ std::string kv(const std::string& key, uint64_t value) {
   return kv(key, std::to_string(value));
 }
 
-directory_entry entry(const fleet_state& st, std::string kind, std::string name,
+directory_row entry(const fleet_state& st, std::string kind, std::string name,
                       caf::actor handle) {
-  directory_entry e;
-  e.entry.kind = std::move(kind);
-  e.entry.name = std::move(name);
-  if (auto i = st.started.find(e.entry.kind + "/" + e.entry.name); i != st.started.end())
-    e.entry.started_at = i->second;
+  directory_row e;
+  e.row.kind = std::move(kind);
+  e.row.name = std::move(name);
+  e.row.started_at = st.view.spawned_at(e.row.kind + "/" + e.row.name);
   e.handle = std::move(handle);
   return e;
 }
 
 } // namespace
 
-std::vector<directory_entry> directory_of(const fleet_state& st) {
-  std::vector<directory_entry> out;
+std::vector<directory_row> directory_of(const fleet_state& st) {
+  std::vector<directory_row> out;
   for (auto& [host, h] : st.links) {
     auto e = entry(st, "link", host, caf::actor_cast<caf::actor>(h));
-    if (auto v = st.link_view.find(host); v != st.link_view.end()) {
+    if (auto v = st.view.links().find(host); v != st.view.links().end()) {
       auto& s = v->second;
-      e.entry.state = to_string(s.state);
+      e.row.state = to_string(s.state);
       if (!s.reason.empty())
-        e.entry.state += " (" + s.reason + ")";
-      e.entry.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
+        e.row.state += " (" + s.reason + ")";
+      e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
                          kv("limit", s.limit), kv("dials", s.dials), kv("deaths", s.deaths),
                          kv("budget overruns", s.overruns),
                          kv("abandoned calls running", s.abandoned_calls)};
@@ -47,48 +46,48 @@ std::vector<directory_entry> directory_of(const fleet_state& st) {
   }
   for (auto& [key, h] : st.images) {
     auto e = entry(st, "image", key, caf::actor_cast<caf::actor>(h));
-    if (auto v = st.image_view.find(key); v != st.image_view.end()) {
+    if (auto v = st.view.images().find(key); v != st.view.images().end()) {
       auto& s = v->second;
-      e.entry.state = to_string(s.state);
-      e.entry.details = {kv("volume", s.volume), kv("bytes", s.bytes), kv("total", s.total),
+      e.row.state = to_string(s.state);
+      e.row.details = {kv("volume", s.volume), kv("bytes", s.bytes), kv("total", s.total),
                          kv("rate B/s", s.rate_bps), kv("eta s", s.eta_s),
                          kv("fills", s.fills), kv("transfers", s.transfers),
                          kv("waiters", s.waiters)};
       if (!s.last_error.empty())
-        e.entry.details.push_back(kv("last error", s.last_error));
+        e.row.details.push_back(kv("last error", s.last_error));
     }
     out.push_back(std::move(e));
   }
   for (auto& [name, h] : st.proxies) {
     auto e = entry(st, "proxy", name, caf::actor_cast<caf::actor>(h));
-    if (auto v = st.proxy_view.find(name); v != st.proxy_view.end()) {
+    if (auto v = st.view.proxies().find(name); v != st.view.proxies().end()) {
       auto& s = v->second;
-      e.entry.state = to_string(s.phase);
-      e.entry.details = {kv("host", s.host), kv("address", s.address), kv("uid", s.uid),
+      e.row.state = to_string(s.phase);
+      e.row.details = {kv("host", s.host), kv("address", s.address), kv("uid", s.uid),
                          kv("created at", s.created_at),
                          kv("adopted", s.adopted ? "yes" : "no"), kv("polls", s.polls),
                          kv("replaced", s.replaced)};
       if (!s.last_error.empty())
-        e.entry.details.push_back(kv("last error", s.last_error));
+        e.row.details.push_back(kv("last error", s.last_error));
     }
-    if (auto hv = st.health_view.find(name); hv != st.health_view.end()) {
+    if (auto hv = st.view.health().find(name); hv != st.view.health().end()) {
       auto& s = hv->second;
-      e.entry.details.push_back(kv("rotation", s.in_rotation ? "in" : "out"));
+      e.row.details.push_back(kv("rotation", s.in_rotation ? "in" : "out"));
       if (s.drained)
-        e.entry.details.push_back(kv("drained", "yes"));
-      e.entry.details.push_back(kv("probes", std::to_string(s.probes_ok) + " ok, "
+        e.row.details.push_back(kv("drained", "yes"));
+      e.row.details.push_back(kv("probes", std::to_string(s.probes_ok) + " ok, "
                                                + std::to_string(s.probes_failed) + " failed"));
       if (!s.last_probe.empty())
-        e.entry.details.push_back(kv("last probe", s.last_probe));
+        e.row.details.push_back(kv("last probe", s.last_probe));
     }
     out.push_back(std::move(e));
   }
   if (st.health) {
     auto e = entry(st, "health", "health", caf::actor_cast<caf::actor>(st.health));
     size_t in = 0;
-    for (auto& [_, s] : st.health_view)
+    for (auto& [_, s] : st.view.health())
       in += s.in_rotation ? 1 : 0;
-    e.entry.state = "rotation " + std::to_string(in) + " of " + std::to_string(st.proxies.size());
+    e.row.state = "rotation " + std::to_string(in) + " of " + std::to_string(st.proxies.size());
     out.push_back(std::move(e));
   }
   return out;

@@ -4,8 +4,7 @@
 // watcher is attached.
 #include <cstdio>
 
-#include "actors/fleet.hpp"
-#include "actors/proxy.hpp"
+#include "actors/fleet_view.hpp"
 #include "base/time_text.hpp"
 
 namespace egress {

@@ -1,8 +1,10 @@
-#include "actors/fleet_metrics.hpp"
-
+// The fleet's Prometheus metrics (fleet_view::metrics): the text exposition,
+// format 0.0.4, rendered on request from the view's last statuses and the
+// counters it accumulated from the pushes. A scrape costs one message to the
+// fleet and nothing else.
 #include <cstdio>
 
-#include "actors/fleet.hpp"
+#include "actors/fleet_view.hpp"
 
 namespace egress {
 
@@ -29,23 +31,6 @@ std::string death_cause(const std::string& reason) {
     if (reason.rfind(prefix, 0) == 0)
       return cause;
   return "libvirt_error";
-}
-
-void fleet_metrics::observe(const link_status* before, const link_status& now) {
-  auto prev = before ? before->deaths : 0;
-  if (now.deaths > prev)
-    link_deaths[{now.host, death_cause(now.reason)}] += now.deaths - prev;
-}
-
-void fleet_metrics::observe(const proxy_status* before, const proxy_status& now) {
-  if (now.polls > (before ? before->polls : 0))
-    reconcile_seconds.observe(now.last_poll_ms / 1000.0);
-}
-
-void fleet_metrics::observe(const proxy_health* before, const proxy_health& now) {
-  // Health pushes once per probe; a pass carries its latency.
-  if (now.probes_ok > (before ? before->probes_ok : 0))
-    probe_seconds.observe(now.probe_ms / 1000.0);
 }
 
 namespace {
@@ -103,19 +88,18 @@ std::string kv(const char* key, const std::string& value) {
 
 } // namespace
 
-std::string render_metrics(const fleet_state& st) {
+std::string fleet_view::metrics() const {
   exposition x;
-  auto& m = st.metrics;
 
   x.family("egress_link_state", "gauge",
            "1 for the state each host link is in (dialing, up, dead).");
-  for (auto& [host, s] : st.link_view)
+  for (auto& [host, s] : links_)
     for (auto state : {link_state::dialing, link_state::up, link_state::dead})
       x.sample("egress_link_state", kv("host", host) + "," + kv("state", to_string(state)),
                s.state == state ? 1 : 0);
   x.family("egress_link_deaths_total", "counter",
            "Times a host link was declared dead, by cause.");
-  for (auto& [key, n] : m.link_deaths)
+  for (auto& [key, n] : link_deaths_)
     x.sample("egress_link_deaths_total", kv("host", key.first) + "," + kv("cause", key.second),
              static_cast<double>(n));
   // One sample per host from its link's status.
@@ -140,13 +124,13 @@ std::string render_metrics(const fleet_state& st) {
   };
   for (auto& f : link_families) {
     x.family(f.name, f.type, f.help);
-    for (auto& [host, s] : st.link_view)
+    for (auto& [host, s] : links_)
       x.sample(f.name, kv("host", host), f.value(s));
   }
 
   x.family("egress_image_state", "gauge",
            "1 for the state each cached image is in, per host.");
-  for (auto& [key, s] : st.image_view)
+  for (auto& [key, s] : images_)
     for (auto state : {image_state::absent, image_state::fetching, image_state::ready,
                        image_state::failed})
       x.sample("egress_image_state",
@@ -156,7 +140,7 @@ std::string render_metrics(const fleet_state& st) {
   x.family("egress_image_transferred_bytes_total", "counter",
            "Bytes downloaded from the mirror and uploaded into the host's pool "
            "(one stream: each byte is both; a resumed prefix is not counted again).");
-  for (auto& [key, s] : st.image_view)
+  for (auto& [key, s] : images_)
     x.sample("egress_image_transferred_bytes_total",
              kv("image", s.image) + "," + kv("host", s.host),
              static_cast<double>(s.moved_total));
@@ -167,24 +151,24 @@ std::string render_metrics(const fleet_state& st) {
                  proxy_phase::running, proxy_phase::failed, proxy_phase::deleting,
                  proxy_phase::deleted})
     phases[to_string(p)] = 0;
-  for (auto& [name, s] : st.proxy_view)
-    if (st.proxies.contains(name))
+  for (auto& [name, s] : proxies_)
+    if (declared_.contains(name))
       ++phases[to_string(s.phase)];
   for (auto& [phase, n] : phases)
     x.sample("egress_proxies", kv("phase", phase), static_cast<double>(n));
   x.family("egress_rotation_size", "gauge", "Proxies in the rotation (passing their probes).");
   uint64_t in = 0;
-  for (auto& [name, h] : st.health_view)
-    in += h.in_rotation && st.proxies.contains(name) ? 1 : 0;
+  for (auto& [name, h] : health_)
+    in += h.in_rotation && declared_.contains(name) ? 1 : 0;
   x.sample("egress_rotation_size", "", static_cast<double>(in));
   x.family("egress_probe_duration_seconds", "histogram",
            "Latency of passing probes (a request through the proxy).");
-  x.histogram_of("egress_probe_duration_seconds", m.probe_seconds);
+  x.histogram_of("egress_probe_duration_seconds", probe_seconds_);
   x.family("egress_reconcile_duration_seconds", "histogram",
            "A reconcile read-back of one proxy (its VM state and address through the host link), from the request to the answer.");
-  x.histogram_of("egress_reconcile_duration_seconds", m.reconcile_seconds);
+  x.histogram_of("egress_reconcile_duration_seconds", reconcile_seconds_);
   x.family("egress_reloads_total", "counter", "Configurations applied after the first.");
-  x.sample("egress_reloads_total", "", static_cast<double>(st.reloads));
+  x.sample("egress_reloads_total", "", static_cast<double>(reloads_));
   return x.take();
 }
 

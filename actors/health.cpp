@@ -238,7 +238,7 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
   });
   return {
     [self](proxy_status& s) { update_target(self, s); },
-    [self](atom::ls) { return self->state.calls.entries(); },
+    [self](atom::ls) { return self->state.calls.rows(); },
     [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
       auto& st = self->state;
       auto i = st.targets.find(name);

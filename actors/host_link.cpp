@@ -350,7 +350,7 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
       return rp;
     },
     [self](atom::status) { return self->state.snapshot(); },
-    [self](atom::ls) { return self->state.calls.entries(); },
+    [self](atom::ls) { return self->state.calls.rows(); },
     [self](atom::subscribe, link_events_actor& sub) {
       self->monitor(sub);
       self->state.subscribers.push_back(std::move(sub));

@@ -275,7 +275,7 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
       return rp;
     },
     [self](atom::status) -> image_status { return snapshot(self->state); },
-    [self](atom::ls) { return self->state.calls.entries(); },
+    [self](atom::ls) { return self->state.calls.rows(); },
     [self](atom::kill, std::string& why) -> image_status {
       abandon(self, ec::link_down, "transfer abandoned: " + why);
       return self->state.status;

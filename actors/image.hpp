@@ -1,5 +1,5 @@
 #pragma once
-// The image actor: one image cache entry (provider entry, image) on one host.
+// The image actor: one cached image (provider entry, image) on one host.
 // It dedupes waiters (the first ensure starts one fill, later ones join it),
 // runs the fill (providers/images/fill.hpp) in a detached call actor over a
 // dedicated connection under the transfer budget, and publishes progress.

@@ -17,13 +17,13 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// One `ls`: the actors to probe (their entries and handles) and the owners
+/// One `ls`: the actors to probe (their rows and handles) and the owners
 /// of detached calls to ask for their calls (links and images).
 struct ls_job {
-  caf::typed_response_promise<std::vector<actor_entry>> promise;
-  std::vector<actor_entry> entries;
+  caf::typed_response_promise<std::vector<actor_row>> promise;
+  std::vector<actor_row> rows;
   std::vector<caf::actor> handles;
-  std::vector<directory_entry> owners;
+  std::vector<directory_row> owners;
 };
 
 std::string no_reply(caf::timespan timeout) {
@@ -49,10 +49,10 @@ std::string no_reply(caf::timespan timeout) {
 caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
                      caf::timespan timeout) {
   struct progress {
-    std::unordered_map<caf::actor_id, size_t> probe_at; // into job->entries
+    std::unordered_map<caf::actor_id, size_t> probe_at; // into job->rows
     std::unordered_map<caf::actor_id, size_t> owner_at; // into job->owners
     std::vector<bool> owner_done;
-    std::vector<actor_entry> calls;
+    std::vector<actor_row> calls;
     clock_type::time_point sent = clock_type::now();
     size_t open = 0;
     bool closing = false;
@@ -70,21 +70,21 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
   }
   pg->open = job->handles.size() + job->owners.size();
   auto finish = [self, job, pg, timeout] {
-    for (size_t i = 0; i < job->entries.size(); ++i)
-      if (job->entries[i].liveness.empty())
-        job->entries[i].liveness = no_reply(timeout);
+    for (size_t i = 0; i < job->rows.size(); ++i)
+      if (job->rows[i].liveness.empty())
+        job->rows[i].liveness = no_reply(timeout);
     for (size_t i = 0; i < job->owners.size(); ++i)
       if (!pg->owner_done[i]) {
-        actor_entry e;
+        actor_row e;
         e.kind = "call";
-        e.name = job->owners[i].entry.kind + " " + job->owners[i].entry.name;
+        e.name = job->owners[i].row.kind + " " + job->owners[i].row.name;
         e.state = "unknown: its owner did not list them";
         e.liveness = no_reply(timeout);
         pg->calls.push_back(std::move(e));
       }
     for (auto& c : pg->calls)
-      job->entries.push_back(std::move(c));
-    job->promise.deliver(std::move(job->entries));
+      job->rows.push_back(std::move(c));
+    job->promise.deliver(std::move(job->rows));
     self->quit();
   };
   if (pg->open == 0) {
@@ -94,7 +94,7 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
   self->delayed_send(self, timeout, caf::timeout_atom_v);
   self->set_down_handler([job, pg](caf::down_msg& msg) {
     if (auto i = pg->probe_at.find(msg.source.id()); i != pg->probe_at.end())
-      if (auto& e = job->entries[i->second]; e.liveness.empty())
+      if (auto& e = job->rows[i->second]; e.liveness.empty())
         e.liveness = msg.reason ? "ended (" + render(msg.reason) + ")" : "ended";
   });
   return {
@@ -103,13 +103,13 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
       if (pg->closing || !src)
         return;
       auto i = pg->probe_at.find(src->id());
-      if (i == pg->probe_at.end() || !job->entries[i->second].liveness.empty())
+      if (i == pg->probe_at.end() || !job->rows[i->second].liveness.empty())
         return;
-      job->entries[i->second].liveness = "ok " + elapsed_text(clock_type::now() - pg->sent);
+      job->rows[i->second].liveness = "ok " + elapsed_text(clock_type::now() - pg->sent);
       if (--pg->open == 0)
         finish();
     },
-    [self, pg, finish](std::vector<actor_entry>& calls) {
+    [self, pg, finish](std::vector<actor_row>& calls) {
       auto src = self->current_sender();
       if (pg->closing || !src)
         return;
@@ -124,8 +124,8 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
     },
     [self, job, pg](caf::timeout_atom) {
       pg->closing = true;
-      for (size_t i = 0; i < job->entries.size(); ++i)
-        if (job->entries[i].liveness.empty())
+      for (size_t i = 0; i < job->rows.size(); ++i)
+        if (job->rows[i].liveness.empty())
           self->monitor(job->handles[i]);
       // Down messages of ended actors arrive before this close.
       self->send(self, caf::close_atom_v);
@@ -143,23 +143,23 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
   self->state.liveness_timeout = liveness_timeout;
   self->state.reread_config = std::move(reread_config);
   return {
-    [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_entry>> {
-      auto rp = self->make_response_promise<std::vector<actor_entry>>();
+    [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_row>> {
+      auto rp = self->make_response_promise<std::vector<actor_row>>();
       // Well inside the shell's own 5 s: a slow fleet is reported as such.
       self->request(self->state.fleet, std::chrono::seconds(2), atom::ls_v)
         .then(
-          [self, rp, kind](std::vector<directory_entry>& dir) mutable {
+          [self, rp, kind](std::vector<directory_row>& dir) mutable {
             auto job = std::make_shared<ls_job>();
             job->promise = rp;
             for (auto& d : dir) {
               // The detached calls are the links', images' and health
               // actor's to report.
               if ((kind.empty() || kind == "call")
-                  && (d.entry.kind == "link" || d.entry.kind == "image"
-                      || d.entry.kind == "health"))
+                  && (d.row.kind == "link" || d.row.kind == "image"
+                      || d.row.kind == "health"))
                 job->owners.push_back(d);
-              if (kind.empty() || d.entry.kind == kind) {
-                job->entries.push_back(std::move(d.entry));
+              if (kind.empty() || d.row.kind == kind) {
+                job->rows.push_back(std::move(d.row));
                 job->handles.push_back(std::move(d.handle));
               }
             }
@@ -179,8 +179,8 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
     [self](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
       return self->delegate(self->state.fleet, atom::drain_v, std::move(proxy), drained);
     },
-    [self](atom::run, std::string proxy) -> caf::result<proxy_status> {
-      return self->delegate(self->state.fleet, atom::run_v, std::move(proxy));
+    [self](atom::reconcile, std::string proxy) -> caf::result<proxy_status> {
+      return self->delegate(self->state.fleet, atom::reconcile_v, std::move(proxy));
     },
     [self](atom::reload) -> caf::result<std::string> {
       auto& st = self->state;

@@ -214,8 +214,8 @@ void rehello_if_refused(node_pointer self, const std::string& address, const caf
 
 // -- ls ------------------------------------------------------------------------------
 
-actor_entry this_node(const node_state& st) {
-  actor_entry e;
+actor_row this_node(const node_state& st) {
+  actor_row e;
   e.kind = "node";
   e.name = st.node;
   e.node = st.node;
@@ -226,8 +226,8 @@ actor_entry this_node(const node_state& st) {
   return e;
 }
 
-actor_entry peer_entry(const node_peer& p) {
-  actor_entry e;
+actor_row peer_entry(const node_peer& p) {
+  actor_row e;
   e.kind = "node";
   e.name = label(p);
   e.node = label(p);
@@ -255,17 +255,17 @@ actor_entry peer_entry(const node_peer& p) {
 /// One listing across the nodes: this node's inspector and every reachable
 /// peer's, each under the node timeout; the nodes themselves are entries too.
 struct listing {
-  caf::typed_response_promise<std::vector<actor_entry>> rp;
+  caf::typed_response_promise<std::vector<actor_row>> rp;
   std::string kind;
-  std::vector<actor_entry> entries;
-  std::vector<actor_entry> nodes; // [0] this node, then the peers in order
+  std::vector<actor_row> rows;
+  std::vector<actor_row> nodes; // [0] this node, then the peers in order
   clock_type::time_point sent = clock_type::now();
   size_t open = 0;
 
-  void take(size_t at, std::vector<actor_entry>& xs) {
+  void take(size_t at, std::vector<actor_row>& xs) {
     for (auto& e : xs) {
       e.node = nodes[at].name;
-      entries.push_back(std::move(e));
+      rows.push_back(std::move(e));
     }
     nodes[at].liveness = "ok " + elapsed_text(clock_type::now() - sent);
   }
@@ -273,20 +273,20 @@ struct listing {
   void finish() {
     if (kind.empty() || kind == "node")
       for (auto& n : nodes)
-        entries.push_back(std::move(n));
-    rp.deliver(std::move(entries));
+        rows.push_back(std::move(n));
+    rp.deliver(std::move(rows));
   }
 };
 
 /// This node's own actors (a peer's "here only" listing): the inspector's
 /// answer, delivered by this actor (only it talks to other processes).
-caf::result<std::vector<actor_entry>> list_here(node_pointer self, std::string kind) {
+caf::result<std::vector<actor_row>> list_here(node_pointer self, std::string kind) {
   if (kind == "node")
-    return std::vector<actor_entry>{}; // the asking node lists the nodes
-  auto rp = self->make_response_promise<std::vector<actor_entry>>();
+    return std::vector<actor_row>{}; // the asking node lists the nodes
+  auto rp = self->make_response_promise<std::vector<actor_row>>();
   self->request(self->state.inspector, self->state.timeout, atom::ls_v, kind)
     .then(
-      [self, rp](std::vector<actor_entry>& xs) mutable {
+      [self, rp](std::vector<actor_row>& xs) mutable {
         for (auto& e : xs)
           e.node = self->state.node;
         rp.deliver(std::move(xs));
@@ -295,10 +295,10 @@ caf::result<std::vector<actor_entry>> list_here(node_pointer self, std::string k
   return rp;
 }
 
-caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) {
+caf::result<std::vector<actor_row>> list(node_pointer self, std::string kind) {
   auto& st = self->state;
   auto l = std::make_shared<listing>();
-  l->rp = self->make_response_promise<std::vector<actor_entry>>();
+  l->rp = self->make_response_promise<std::vector<actor_row>>();
   l->kind = kind;
   l->nodes.push_back(this_node(st));
   for (auto& p : st.peers)
@@ -312,7 +312,7 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
   if (!only_nodes) {
     ++l->open;
     self->request(st.inspector, t, atom::ls_v, kind)
-      .then([l, done](std::vector<actor_entry>& xs) { l->take(0, xs), done(); },
+      .then([l, done](std::vector<actor_row>& xs) { l->take(0, xs), done(); },
             [l, done, t](caf::error& err) { l->nodes[0].liveness = unanswered(err, t), done(); });
   }
   for (size_t i = 0; i < st.peers.size(); ++i) {
@@ -336,7 +336,7 @@ caf::result<std::vector<actor_entry>> list(node_pointer self, std::string kind) 
           failed);
     else
       self->request(p.front, t, atom::ls_v, p.token, kind, true)
-        .then([l, done, at = i + 1](std::vector<actor_entry>& xs) { l->take(at, xs), done(); },
+        .then([l, done, at = i + 1](std::vector<actor_row>& xs) { l->take(at, xs), done(); },
               [self, failed, addr = p.address](caf::error& err) {
                 rehello_if_refused(self, addr, err);
                 failed(err);
@@ -547,7 +547,7 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
       return {st.node, std::move(token)};
     },
     [self, refused](atom::ls, std::string& token, std::string& kind,
-                    bool here_only) -> caf::result<std::vector<actor_entry>> {
+                    bool here_only) -> caf::result<std::vector<actor_row>> {
       if (!self->state.gate.valid(token))
         return refused();
       return here_only ? list_here(self, std::move(kind)) : list(self, std::move(kind));
@@ -574,11 +574,11 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
         return refused();
       return command<link_status>(self, here_only, atom::kill_v, std::move(host));
     },
-    [self, refused](atom::run, std::string& token, std::string& proxy,
+    [self, refused](atom::reconcile, std::string& token, std::string& proxy,
                     bool here_only) -> caf::result<proxy_status> {
       if (!self->state.gate.valid(token))
         return refused();
-      return command<proxy_status>(self, here_only, atom::run_v, std::move(proxy));
+      return command<proxy_status>(self, here_only, atom::reconcile_v, std::move(proxy));
     },
     [self, refused](atom::drain, std::string& token, std::string& proxy, bool drained,
                     bool here_only) -> caf::result<proxy_health> {

@@ -421,7 +421,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
     },
     // Not atom::poll: that one re-arms the timer, and a second timer chain
     // would double this proxy's polls for good.
-    [self](atom::run) {
+    [self](atom::reconcile) {
       self->state.publish_next = true;
       poll(self);
     },

@@ -26,12 +26,12 @@ struct proxy_options {
   uint32_t address_grace = 3; // polls (docs/spec.md 11)
   caf::timespan call_timeout = std::chrono::seconds(61); // wait for the link
   host_link_actor link;
-  image_actor image;      // its base image's cache entry (null: no image)
+  image_actor image;      // its base image's actor (null: no image)
   std::string pool;       // the host's pool: overlay and seed volumes
   std::string console_log_dir; // on the host; "" = no serial console log
   std::string image_format = "qcow2"; // the base image's format (qcow2 or raw)
   std::string image_sha256;           // its digest: part of the spec hash
-  // Kernel boot: the kernel's and the initrd's cache entries (null: none),
+  // Kernel boot: the kernel's and the initrd's image actors (null: none),
   // and their digests (part of the spec hash).
   image_actor kernel;
   image_actor initrd;

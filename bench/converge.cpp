@@ -64,7 +64,7 @@
 // throughput not limited; RTT 0 goes through it too, so the relay's own cost
 // is in every figure. Host keys are still verified: the relay's
 // [127.0.0.1]:port has its own known_hosts file with the sshd's key, used by
-// the engine's host entries, the libssh2 URI and the OpenSSH wrapper. Each
+// the engine's hosts, the libssh2 URI and the OpenSSH wrapper. Each
 // run goes over every RTT (their order rotating per run); one table per RTT,
 // then a summary of the python/engine ratios per RTT. The relay's threads'
 // CPU is taken out of the client figure and shown on its own.
@@ -691,7 +691,7 @@ engine_config make_config(const setup& s, const options& o, int hosts, int proxi
   cfg.poll_interval = std::chrono::milliseconds(o.poll_ms);
   cfg.shutdown_timeout = 10s;
   // Probes off: the test driver's addresses are made up, nothing listens on
-  // them. GC off: every host entry here is the same test:///default state, so
+  // them. GC off: every host here is the same test:///default state, so
   // one host's gc would see the proxies declared on the other seven as
   // undeclared domains of its entry and delete them.
   cfg.probe.mode = "off";
@@ -1089,7 +1089,7 @@ int main(int argc, char** argv) {
   try {
     auto t0 = clock_type::now();
     setup s{o};
-    std::printf("bench-converge: %d proxies over %d host entries, poll interval %d ms;"
+    std::printf("bench-converge: %d proxies over %d hosts, poll interval %d ms;"
                 " %d run(s)\n",
                 o.proxies, o.hosts, o.poll_ms, o.runs);
     std::printf("  libvirtd pid %d (test:///default, shared by every connection);"

@@ -196,7 +196,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
     auto q0 = steady_clock::now();
     size_t got = 0;
     self->request(eng->fleet(), seconds(5), egress::atom::ls_v)
-      .receive([&](std::vector<egress::directory_entry>& xs) { got = xs.size(); },
+      .receive([&](std::vector<egress::directory_row>& xs) { got = xs.size(); },
                [&](caf::error&) {});
     out.directory.push_back(ms(steady_clock::now() - q0));
     if (got < n) {
@@ -210,7 +210,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
     auto q0 = steady_clock::now();
     size_t got = 0;
     self->request(eng->inspector(), seconds(5), egress::atom::ls_v, std::string{"proxy"})
-      .receive([&](std::vector<egress::actor_entry>& xs) { got = xs.size(); },
+      .receive([&](std::vector<egress::actor_row>& xs) { got = xs.size(); },
                [&](caf::error&) {});
     out.local.push_back(ms(steady_clock::now() - q0));
     if (got != n) {
@@ -239,7 +239,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
       if (insp->node() == client.node())
         std::fprintf(stderr, "warning: the inspector resolved to a local actor\n");
       for (int i = 0; i < client_runs; ++i) {
-        std::vector<egress::actor_entry> xs;
+        std::vector<egress::actor_row> xs;
         caf::error failed;
         auto q0 = steady_clock::now();
         {
@@ -248,7 +248,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
           // hello costs two more round trips, once per process).
           self->request(*insp, seconds(5), egress::atom::ls_v, std::string{}, std::string{"proxy"},
                         false)
-            .receive([&](std::vector<egress::actor_entry>& r) { xs = std::move(r); },
+            .receive([&](std::vector<egress::actor_row>& r) { xs = std::move(r); },
                      [&](caf::error& err) { failed = std::move(err); });
         }
         out.client.push_back(ms(steady_clock::now() - q0));

@@ -44,9 +44,9 @@ struct blocking_work {
 };
 
 /// One of the fleet's actors with its handle: what the inspector probes.
-/// The handle stays in this process; the shell gets actor_entry only.
-struct directory_entry {
-  actor_entry entry;
+/// The handle stays in this process; the shell gets actor_row only.
+struct directory_row {
+  actor_row row;
   caf::actor handle;
 };
 
@@ -57,7 +57,7 @@ struct directory_entry {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_job)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::blocking_work)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<egress::directory_entry>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<egress::directory_row>)
 // A whole configuration for a reload: holds durations and paths of this
 // machine, so it is local too (caf-shell asks the node to re-read its file).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::engine_config)
@@ -79,54 +79,68 @@ using engine_events_actor = caf::typed_actor<caf::reacts_to<engine_event>>;
 /// Receives every change of the rotation (a proxy joined or left).
 using rotation_events_actor = caf::typed_actor<caf::reacts_to<rotation_event>>;
 
+// -- parts several interfaces share (composed with extend_with) -------------
+
+/// Answers with its last status snapshot.
+template <class Status>
+using status_interface = caf::typed_actor<caf::replies_to<atom::status>::with<Status>>;
+
+/// Lists the detached calls it started (its call ledger, actors/call_ledger):
+/// running ones, and abandoned ones until a while after their threads ended
+/// (kind "call"; caf-shell ls calls).
+using call_ledger_interface
+  = caf::typed_actor<caf::replies_to<atom::ls>::with<std::vector<actor_row>>>;
+
+/// Gives up what it is doing, for the reason given, and answers at once with
+/// its status (a link marks itself dead and kills its transport; an image
+/// abandons its fill).
+template <class Status>
+using kill_interface
+  = caf::typed_actor<caf::replies_to<atom::kill, std::string>::with<Status>>;
+
 /// A detached actor that runs one blocking_work and then quits. Its caller
 /// abandons it on timeout; the link's kill is what unblocks the work.
 using call_actor = caf::typed_actor<
   caf::replies_to<atom::run>::with<call_result>>;
 
-/// One per host: owns the transport and the pooled libvirt connection.
-using host_link_actor = caf::typed_actor<
+/// One per host: owns the transport and the pooled libvirt connection. Its
+/// calls are jobs, dials, the pump and kills. A kill marks the link dead with
+/// the given reason and kills its transport; it answers at once, even while
+/// the kill itself is still running, and the next call redials (after
+/// backoff).
+using host_link_actor = status_interface<link_status>::extend_with<
+  call_ledger_interface, kill_interface<link_status>>::extend<
   // Runs a job under the host's concurrency limit and the job's budget. On
   // budget overrun the caller gets transient budget_exceeded and the link dies.
   caf::replies_to<atom::call, call_job>::with<call_result>,
-  caf::replies_to<atom::status>::with<link_status>,
-  // Its detached calls (jobs, dials, pump, kills), abandoned ones included
-  // until a while after their threads ended (kind "call").
-  caf::replies_to<atom::ls>::with<std::vector<actor_entry>>,
   // Adds a subscriber for link_down broadcasts (kept until it terminates).
-  caf::reacts_to<atom::subscribe, link_events_actor>,
-  // Marks the link dead with the given reason and kills its transport; answers
-  // at once, even while the kill itself is still running. The next call
-  // redials (after backoff).
-  caf::replies_to<atom::kill, std::string>::with<link_status>>;
+  caf::reacts_to<atom::subscribe, link_events_actor>>;
 
 /// One per declared proxy: reconciles one VM.
-using proxy_actor = caf::typed_actor<
-  caf::replies_to<atom::status>::with<proxy_status>,
+using proxy_actor = status_interface<proxy_status>::extend<
   caf::reacts_to<atom::poll>,
   // Reconcile now (an operator's request): one read-back outside the poll
   // schedule, skipped if one is already in flight.
-  caf::reacts_to<atom::run>,
+  caf::reacts_to<atom::reconcile>,
   // Deletes the VM (destroy, undefine) and answers once it is gone.
   caf::replies_to<atom::erase>::with<proxy_status>>;
 
 /// One per (provider entry, image) on each host: the verified base image in
 /// the host's pool. The first ensure starts one fill (over a dedicated
 /// connection, in a detached actor, under the transfer budget); later ones
-/// join it. A waiter that gives up (its own timeout) disturbs nothing.
-using image_actor = caf::typed_actor<
+/// join it. A waiter that gives up (its own timeout) disturbs nothing. Its
+/// call is its fill, while it runs or after it was abandoned; a kill abandons
+/// a running fill (its transports are killed, its waiters get transient),
+/// and the next ensure starts over once the fill has ended.
+using image_actor = status_interface<image_status>::extend_with<
+  call_ledger_interface, kill_interface<image_status>>::extend<
   caf::replies_to<atom::ensure>::with<image_ready>,
-  caf::replies_to<atom::status>::with<image_status>,
-  // Its fill's detached call, while it runs or after it was abandoned.
-  caf::replies_to<atom::ls>::with<std::vector<actor_entry>>,
-  // Abandons a running fill (its transports are killed, its waiters get
-  // transient); the next ensure starts over once the fill has ended.
-  caf::replies_to<atom::kill, std::string>::with<image_status>,
   // Internal: the progress tick (rate, ETA, budget) while a fill runs.
   caf::reacts_to<atom::poll>>;
 
 /// One per fleet: probes running proxies and keeps the rotation.
-using health_actor = caf::typed_actor<
+using health_actor = status_interface<std::vector<proxy_health>>::extend_with<
+  call_ledger_interface>::extend<
   // What to probe: a proxy's phase and address, as the fleet sees them.
   caf::reacts_to<proxy_status>,
   // A dead link takes its host's proxies out of rotation at once.
@@ -138,9 +152,7 @@ using health_actor = caf::typed_actor<
   caf::reacts_to<atom::kill, std::string>,
   // Adds a subscriber for rotation events (kept until it terminates).
   caf::reacts_to<atom::subscribe, rotation_events_actor>,
-  caf::replies_to<atom::status>::with<std::vector<proxy_health>>,
-  // Its probe batches' detached calls (kind "call"), like a link's.
-  caf::replies_to<atom::ls>::with<std::vector<actor_entry>>,
+  // Its calls are its probe batches.
   // Drain (true) takes a proxy out of the rotation and keeps it out, probes
   // going on; undrain (false) lets it back on its probes' verdict.
   caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
@@ -148,17 +160,16 @@ using health_actor = caf::typed_actor<
   caf::reacts_to<atom::poll>>;
 
 /// The engine's root: desired state from config, status for everyone.
-using fleet_actor = caf::typed_actor<
-  caf::replies_to<atom::status>::with<fleet_status>,
+using fleet_actor = status_interface<fleet_status>::extend<
   // Every actor the fleet runs, with its state and handle (the inspector's
   // directory).
-  caf::replies_to<atom::ls>::with<std::vector<directory_entry>>,
+  caf::replies_to<atom::ls>::with<std::vector<directory_row>>,
   caf::replies_to<atom::link, std::string>::with<host_link_actor>,
   caf::replies_to<atom::kill, std::string>::with<link_status>,
   // Drains (true) or undrains (false) one proxy (the health actor's).
   caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
   // Asks one proxy to reconcile now; answers with its last status.
-  caf::replies_to<atom::run, std::string>::with<proxy_status>,
+  caf::replies_to<atom::reconcile, std::string>::with<proxy_status>,
   // Deletes one proxy's VM and retires its actor (until the next config).
   caf::replies_to<atom::erase, std::string>::with<proxy_status>,
   // Applies a new configuration: validated strictly first (an invalid one is
@@ -190,19 +201,18 @@ using fleet_actor = caf::typed_actor<
 /// This node's inspection point: this process's actors only. The node actor
 /// below fronts it (and its peers') for caf-shell. Everything it answers is
 /// serializable.
-using inspector_actor = caf::typed_actor<
+using inspector_actor = status_interface<fleet_status>::extend<
   // The fleet's actors of one kind (link, image, proxy, health; "" for all),
   // each with its state and a liveness probe: CAF's built-in
   // sys/get/"info" request with a short timeout, so a wedged actor shows as
   // "no reply" instead of hanging the shell.
-  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_entry>>,
-  caf::replies_to<atom::status>::with<fleet_status>,
+  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_row>>,
   // watch: the watcher gets every engine_event from now on.
   caf::reacts_to<atom::subscribe, engine_events_actor>,
   // kill-link: declares the host's link dead now (it redials on the next call).
   caf::replies_to<atom::kill, std::string>::with<link_status>,
   // reconcile: the proxy reads its VM back now (and acts on what it finds).
-  caf::replies_to<atom::run, std::string>::with<proxy_status>,
+  caf::replies_to<atom::reconcile, std::string>::with<proxy_status>,
   // drain / undrain: out of the rotation until undrained.
   caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
   // reload: re-reads the configuration the way the engine was started (the
@@ -237,7 +247,7 @@ using node_actor = caf::typed_actor<
   // "node" for the nodes themselves: up, dialing, or down since when and
   // why), each with the node it runs on. A node that does not answer in
   // time is listed as such. "here only": this node's actors (a peer asks).
-  caf::replies_to<atom::ls, std::string, std::string, bool>::with<std::vector<actor_entry>>,
+  caf::replies_to<atom::ls, std::string, std::string, bool>::with<std::vector<actor_row>>,
   // (token): this node's fleet.
   caf::replies_to<atom::status, std::string>::with<fleet_status>,
   // (token, watcher): watch: every node's events, plus nodes going up and
@@ -250,7 +260,7 @@ using node_actor = caf::typed_actor<
   // (token, name, here only): kill-link, reconcile, drain, asked of this
   // node and every reachable peer at once; the owner of the name answers.
   caf::replies_to<atom::kill, std::string, std::string, bool>::with<link_status>,
-  caf::replies_to<atom::run, std::string, std::string, bool>::with<proxy_status>,
+  caf::replies_to<atom::reconcile, std::string, std::string, bool>::with<proxy_status>,
   caf::replies_to<atom::drain, std::string, std::string, bool, bool>::with<proxy_health>,
   // (token): reload: this node's own file.
   caf::replies_to<atom::reload, std::string>::with<std::string>,

@@ -21,8 +21,8 @@ struct domain_mark {
   std::string entry;      // the provider entry that owns this domain
   std::string spec_hash;  // sha256 over the declared spec: a change means replace
   std::vector<std::string> tags;
-  // The host entry that created it ("" in marks written before it existed).
-  // Two host entries that reach one daemon must not collect each other's VMs.
+  // The host that created it ("" in marks written before it existed).
+  // Two hosts that reach one daemon must not collect each other's VMs.
   std::string host;
 };
 
@@ -253,7 +253,7 @@ enum class image_state : uint8_t {
 
 const char* to_string(image_state x);
 
-/// One image cache entry on one host.
+/// One image cached image on one host.
 struct image_status {
   std::string image;
   std::string host;
@@ -331,7 +331,7 @@ typename Inspector::result_type inspect(Inspector& f, engine_event& x) {
 }
 
 /// One actor as the inspector shows it (caf-shell's ls and show).
-struct actor_entry {
+struct actor_row {
   std::string kind;       // link, image, proxy, health, call, node
   std::string name;       // host, image@host, proxy name, "fleet"
   std::string state;      // from its status: up/dead, ready, running, ...
@@ -342,8 +342,8 @@ struct actor_entry {
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, actor_entry& x) {
-  return f(caf::meta::type_name("actor_entry"), x.kind, x.name, x.state, x.started_at,
+typename Inspector::result_type inspect(Inspector& f, actor_row& x) {
+  return f(caf::meta::type_name("actor_row"), x.kind, x.name, x.state, x.started_at,
            x.liveness, x.details, x.node);
 }
 

@@ -25,14 +25,15 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (egress::gc_report))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::gc_report>))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::proxy_health>))
-  CAF_ADD_TYPE_ID(egress, (egress::actor_entry))
-  CAF_ADD_TYPE_ID(egress, (std::vector<egress::actor_entry>))
+  CAF_ADD_TYPE_ID(egress, (egress::actor_row))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::actor_row>))
   CAF_ADD_TYPE_ID(egress, (egress::engine_event))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")
   CAF_ADD_ATOM(egress, egress::atom, call, "call")
-  CAF_ADD_ATOM(egress, egress::atom, run, "run")
+  CAF_ADD_ATOM(egress, egress::atom, run, "run")             // a detached call runs its work
+  CAF_ADD_ATOM(egress, egress::atom, reconcile, "reconcile") // a proxy reads its VM back now
   CAF_ADD_ATOM(egress, egress::atom, subscribe, "subscribe")
   CAF_ADD_ATOM(egress, egress::atom, kill, "kill")
   CAF_ADD_ATOM(egress, egress::atom, shutdown, "shutdown")

@@ -114,7 +114,7 @@ std::optional<std::string> kind_of(const std::string& w) {
   return std::nullopt;
 }
 
-json to_json(const actor_entry& e) {
+json to_json(const actor_row& e) {
   json details = json::object();
   for (auto& d : e.details)
     if (auto at = d.find(": "); at != std::string::npos)
@@ -322,7 +322,7 @@ public:
       if (w.size() != 2)
         return fail("usage: reconcile <proxy>");
       auto out = ask<proxy_status>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::run_v, token_, w[1], false);
+        return self->request(inspector_, timeout_, atom::reconcile_v, token_, w[1], false);
       });
       if (!out)
         return false;
@@ -468,8 +468,8 @@ private:
     return std::nullopt;
   }
 
-  std::optional<std::vector<actor_entry>> ask_ls(const std::string& kind) {
-    auto out = ask<std::vector<actor_entry>>([&](caf::scoped_actor& self) {
+  std::optional<std::vector<actor_row>> ask_ls(const std::string& kind) {
+    auto out = ask<std::vector<actor_row>>([&](caf::scoped_actor& self) {
       return self->request(inspector_, timeout_, atom::ls_v, token_, kind, false);
     });
     if (!out)
@@ -479,7 +479,7 @@ private:
     return out;
   }
 
-  void print_ls(const std::vector<actor_entry>& xs) {
+  void print_ls(const std::vector<actor_row>& xs) {
     if (json_) {
       // The same text as one array's dump(2), an entry at a time: a tree of
       // 10,000 entries (a std::map per object) took twice as long to build
@@ -524,7 +524,7 @@ private:
                 << e.liveness << "\n";
   }
 
-  void print_show(const actor_entry& e) {
+  void print_show(const actor_row& e) {
     if (json_) {
       std::cout << to_json(e).dump(2) << "\n";
       return;

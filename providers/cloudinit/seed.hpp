@@ -90,7 +90,7 @@ struct proxy_seed {
 };
 
 /// Renders the engine's standard seed for one proxy (pure; see
-/// tests/unit/cloudinit_seed.cpp for the exact text):
+/// tests/unit/seed.cpp for the exact text):
 /// - meta-data: instance-id and local-hostname, single-quoted (so that an
 ///   id like "1e5", "null" or "yes" stays a string to YAML);
 /// - user-data: "#cloud-config" and one write_files entry that writes

@@ -1,5 +1,5 @@
 #pragma once
-// Fills one image cache entry on one host: makes sure the pool holds the
+// Fills one cached image on one host: makes sure the pool holds the
 // image's verified data volume, downloading and uploading it if it does not.
 // Synchronous and blocking: runs in a detached actor under the image actor's
 // transfer budget, over a dedicated connection (dedicated_link.hpp).

@@ -34,7 +34,7 @@ caf::expected<gc_report> collect(lv::connection& c, const gc_request& req) {
     // the one place that deletes what it did not get asked to.
     if (!d.has_mark || d.mark.entry != req.entry || req.declared.contains(d.name))
       continue;
-    // Made through another host entry that reaches the same daemon: that
+    // Made through another host that reaches the same daemon: that
     // entry's pass decides about it.
     if (!d.mark.host.empty() && d.mark.host != req.host)
       continue;

@@ -2,7 +2,7 @@
 // Garbage collection on one host: removes what this provider entry created
 // and no longer declares. Only two things qualify, and both are recognized
 // by what the engine itself wrote, never by a name alone:
-//  - a domain whose metadata mark names this entry (and this host entry, if
+//  - a domain whose metadata mark names this entry (and this host, if
 //    the mark names one), and whose name no proxy of this host declares
 //    (with its overlay and seed volumes);
 //  - a proxy volume `egress.<entry>.proxy.<name>.disk|.seed` whose proxy no

@@ -20,7 +20,7 @@
 namespace egress::provision {
 
 /// The volumes of one proxy: `egress.<entry>.proxy.<name>.disk|.seed`.
-/// Dot-joined names, so they never meet an image cache entry's volumes.
+/// Dot-joined names, so they never meet a cached image's volumes.
 struct proxy_volumes {
   std::string disk;
   std::string seed;

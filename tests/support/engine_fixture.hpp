@@ -53,7 +53,7 @@ inline engine_config test_config(std::string entry = "unit") {
   // loopback a probe would go to whatever really has them. Suites that
   // probe (rotation.cpp) turn it on inside a namespace.
   c.probe.mode = "off";
-  // Off unless a suite tests it: several host entries of one suite often
+  // Off unless a suite tests it: several hosts of one suite often
   // share one test-driver state, and a pass at start adds a call that
   // timing-sensitive suites (a daemon paused under a call) do not expect.
   c.gc = false;

@@ -122,13 +122,13 @@ BOOST_AUTO_TEST_CASE(spec_21_an_abandoned_call_stays_listed_until_its_thread_end
   };
   auto out = request_call(link, job);
   BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
-  auto calls = [&] { return link_of(link).calls.entries(); };
-  auto find = [&](const std::vector<actor_entry>& xs, const std::string& what) {
+  auto calls = [&] { return link_of(link).calls.rows(); };
+  auto find = [&](const std::vector<actor_row>& xs, const std::string& what) {
     for (auto& e : xs)
       for (auto& d : e.details)
         if (d == "call: " + what)
-          return std::optional<actor_entry>{e};
-    return std::optional<actor_entry>{};
+          return std::optional<actor_row>{e};
+    return std::optional<actor_row>{};
   };
   auto running = find(calls(), "wedged-call");
   BOOST_REQUIRE(running);

@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE mirror_download
+#define BOOST_TEST_MODULE download
 // Image downloads (providers/mirror) against a real HTTP/1.1 server on
 // 127.0.0.1 that misbehaves on request (tests/support/http_server), and
 // against files. Every download is read to its end as lv::upload_volume

@@ -1,7 +1,7 @@
 // The proxy lifecycle against libvirt's in-process test driver, through the
 // whole engine: create, read back, delete, and re-adopt by mark after the
 // engine restarts.
-#define BOOST_TEST_MODULE proxy_lifecycle
+#define BOOST_TEST_MODULE proxy
 #include <boost/test/unit_test.hpp>
 
 #include <caf/scoped_actor.hpp>

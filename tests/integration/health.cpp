@@ -4,7 +4,7 @@
 // reports, inside that namespace, and a real page behind them. The health
 // actor probes each proxy through the host's sshd (direct-tcpip) with an
 // HTTP request through the proxy, as in production.
-#define BOOST_TEST_MODULE rotation
+#define BOOST_TEST_MODULE health
 #include <boost/test/unit_test.hpp>
 
 #include <caf/send.hpp>

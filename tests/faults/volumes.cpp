@@ -9,7 +9,7 @@
 // An upload is "blocked in libvirt" when its source stops being asked for
 // bytes: every buffer on the way (libvirt's client, the bridge, the SSH
 // window, sshd, the daemon's socket) is full and virStreamSend waits.
-#define BOOST_TEST_MODULE upload_faults
+#define BOOST_TEST_MODULE volumes
 #include <boost/test/unit_test.hpp>
 
 #include <any>

@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE cloudinit_seed
+#define BOOST_TEST_MODULE seed
 #include <boost/test/unit_test.hpp>
 
 #include <dirent.h>

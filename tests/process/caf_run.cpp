@@ -3,7 +3,7 @@
 // code and what it printed. Every child runs under a hard timeout and is
 // killed by its PID if it overstays; none outlives its test (or this process:
 // it gets SIGKILL if the test runner dies first).
-#define BOOST_TEST_MODULE caf_run_cli
+#define BOOST_TEST_MODULE caf_run
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

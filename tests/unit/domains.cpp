@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE libvirt_domains
+#define BOOST_TEST_MODULE domains
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

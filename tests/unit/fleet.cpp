@@ -2,8 +2,8 @@
 // reload (only the difference is applied; a bad config changes nothing),
 // replace on a spec change, garbage collection by mark, and the rotation
 // when probes are off (test-driver addresses are made up, so membership
-// follows the phase; the probed rotation is tests/integration/rotation.cpp).
-#define BOOST_TEST_MODULE reload_gc
+// follows the phase; the probed rotation is tests/integration/health.cpp).
+#define BOOST_TEST_MODULE fleet
 #include <boost/test/unit_test.hpp>
 
 #include <caf/scoped_actor.hpp>
@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
   plant(*w, "orphan-1", "gc");
   plant(*w, "theirs-1", "someone-else");
   plant(*w, "orphan-hv1", "gc", "hv1");
-  plant(*w, "sibling-1", "gc", "hv2"); // another host entry on the same daemon
+  plant(*w, "sibling-1", "gc", "hv2"); // another host on the same daemon
   auto eng = engine::start(*sys, fleet_of("gc", {"px-a"}));
   test::stop_on_exit guard{eng};
   BOOST_REQUIRE(eng);

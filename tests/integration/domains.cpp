@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE address_sources
+#define BOOST_TEST_MODULE domains
 // Address discovery against a real private libvirtd (qemu driver, a real
 // QEMU without a guest OS, NIC or agent): the guest agent source fails
 // ("not configured"), the lease source answers empty. docs/notes/failures.md#unreadable-address-taken-for-missing: an

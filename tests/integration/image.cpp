@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE image_actor
+#define BOOST_TEST_MODULE image
 // The image actor (actors/image.hpp) against a real private libvirtd (qemu
 // driver, a dir pool) and the misbehaving HTTP server: waiters are deduped
 // onto one fill, a waiter's own timeout disturbs nothing, the transfer budget

@@ -5,7 +5,7 @@
 // router dies. libvirtd (test driver: fake, fast domains) runs in the root
 // namespace and sshd reaches it through its unix socket. Nothing here targets
 // an address other than loopback and the namespace's veth peer.
-#define BOOST_TEST_MODULE partition
+#define BOOST_TEST_MODULE host_link
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

@@ -1,7 +1,7 @@
 // The test bed itself: real libvirtd and sshd start, answer, pause, crash,
 // restart; a namespace can be partitioned and healed; and once the fixtures
 // are gone nothing of them is left on the machine.
-#define BOOST_TEST_MODULE testbed_selftest
+#define BOOST_TEST_MODULE testbed
 #include <boost/test/unit_test.hpp>
 
 #include <filesystem>

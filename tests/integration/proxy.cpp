@@ -4,7 +4,7 @@
 // an out-of-band destroy, a reload that adds, changes and removes proxies
 // with the removed one collected by mark, and the unmarked domain the
 // driver ships never touched.
-#define BOOST_TEST_MODULE lifecycle_ssh
+#define BOOST_TEST_MODULE proxy
 #include <boost/test/unit_test.hpp>
 
 #include "providers/libvirt/connection.hpp"

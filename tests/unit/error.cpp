@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE error_classification
+#define BOOST_TEST_MODULE error
 #include <boost/test/unit_test.hpp>
 
 #include <string>

@@ -1,7 +1,7 @@
 // load_engine_config and validate: every problem in the INI file is reported,
 // one line each, with the file, the key path and what is wrong. The tests
 // pin the exact text, because an operator reads it.
-#define BOOST_TEST_MODULE config_validation
+#define BOOST_TEST_MODULE config
 #include <boost/test/unit_test.hpp>
 
 #include <filesystem>

@@ -2,7 +2,7 @@
 // and a real libvirtd, both started and stopped by this test. Most cases use
 // the daemon's test driver (test:///default behind the real RPC, SSH and
 // bridge) so that they are fast; the path bytes travel is the real one.
-#define BOOST_TEST_MODULE ssh_link
+#define BOOST_TEST_MODULE host_link
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

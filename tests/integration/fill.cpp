@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE image_fill
+#define BOOST_TEST_MODULE fill
 // The image cache's fill procedure (providers/images/fill.hpp) against a real
 // private libvirtd (qemu driver, a dir pool) and a real HTTP server the test
 // makes misbehave. What lands in the pool is read back from the pool's

@@ -1,7 +1,7 @@
 // How a host link dies, on a real (threaded) actor system: the news and the
 // callers' release come before the kill (2), one stuck host never holds up
 // another (5), and shutdown is bounded while calls are blocked (15).
-#define BOOST_TEST_MODULE link_death
+#define BOOST_TEST_MODULE host_link_death
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

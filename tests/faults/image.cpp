@@ -17,7 +17,7 @@
 // The engine restart (spec_08_an_engine_killed_mid_upload_...) runs its fill
 // in a child process: this binary re-executed with EGRESS_IMAGE_FAULTS_CHILD
 // set, which main() below sees before Boost.Test starts (see child_fill()).
-#define BOOST_TEST_MODULE image_faults
+#define BOOST_TEST_MODULE image
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 

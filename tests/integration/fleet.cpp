@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE image_engine
+#define BOOST_TEST_MODULE fleet
 // Images through the whole engine: proxies that name an image wait for it,
 // the fleet runs one image actor per (image, host), and the status shows it.
 // Real private libvirtd (qemu driver: the pool takes the upload, the domains

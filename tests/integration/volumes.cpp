@@ -1,4 +1,4 @@
-#define BOOST_TEST_MODULE volume_upload
+#define BOOST_TEST_MODULE volumes
 // Volume create / upload / delete against a real private libvirtd (qemu:///system
 // driver, a dir pool), both directly on its unix socket and over the engine's
 // own SSH link (real sshd, bridge, pump). What arrives is read back from the
