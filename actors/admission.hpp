@@ -83,6 +83,16 @@ public:
     return t;
   }
 
+  /// A token for a party that proved the secret another way: a peer this
+  /// node dialed, whose own proof it checked in that hello.
+  std::string issue() {
+    auto t = crypto::random_hex(16);
+    tokens_[t] = clock::now();
+    if (tokens_.size() > max_tokens)
+      evict_idlest();
+    return t;
+  }
+
   /// Whether `token` admits its bearer; a valid token's use is recorded, so
   /// the tokens that go when too many were given out are the idlest ones
   /// (a peer link or an open shell in use keeps its own).
@@ -127,6 +137,9 @@ public:
   const std::string& secret() const noexcept { return secret_; }
 
   static constexpr size_t max_tokens = 4096;
+  /// No field of a hello is longer: a nonce of ours is ~110 characters, a
+  /// party's 32, a proof 64 (a longer one is refused before it is used).
+  static constexpr size_t max_field = 256;
   static constexpr int64_t nonce_life_ms = 60'000;
 
 private:

@@ -161,8 +161,8 @@ image_actor image_for(fleet_pointer self, const std::string& image, const std::s
   image_options o;
   o.entry = st.cfg.entry;
   o.host = host_of(self, host); // validated: the host has a pool
-  o.image = images::image_source{cfg_of->name, cfg_of->url, cfg_of->sha256, cfg_of->size,
-                                 cfg_of->format};
+  o.image = images::image_source{cfg_of->name, cfg_of->url,    cfg_of->sha256,
+                                 cfg_of->size, cfg_of->format, cfg_of->max_size};
   o.transfer_budget = cfg_of->transfer_budget;
   o.make_transport = st.hooks.make_transport(o.host);
   o.sink = status_sink_actor{self};

@@ -82,10 +82,19 @@ void want_events(node_pointer self) {
 
 // -- peers ---------------------------------------------------------------------------
 
+// Of two nodes that list each other, the one with the higher address waits
+// before it dials (two nodes of the same machine share nothing but the
+// addresses to tell who goes first): the other's dial reaches it first and
+// says so (atom::link), and one connection serves both.
+bool yields_to(const node_state& st, const node_peer& p) {
+  return !st.advertised.empty() && st.advertised > p.address;
+}
+
 void schedule_dial(node_pointer self, node_peer& p) {
   auto& st = self->state;
   p.backoff = p.backoff.count() == 0 ? st.redial_min : std::min(p.backoff * 2, st.redial_max);
-  self->delayed_send(self, p.backoff, atom::poll_v, st.gate.own_events_token(), p.address);
+  auto wait = p.backoff + (yields_to(st, p) ? 2 * st.timeout : caf::timespan{0});
+  self->delayed_send(self, wait, atom::poll_v, st.gate.own_events_token(), p.address);
 }
 
 void enter(node_pointer self, node_peer& p, phase next, std::string why) {
@@ -114,7 +123,7 @@ void dial_failed(node_pointer self, size_t i, std::string why) {
 }
 
 void joined(node_pointer self, size_t i, node_actor front, std::string name,
-            std::string token) {
+            std::string token, bool dialed = true) {
   auto& st = self->state;
   auto& p = st.peers[i];
   if (name == st.node)
@@ -132,6 +141,11 @@ void joined(node_pointer self, size_t i, node_actor front, std::string name,
   p.events = false;
   p.up_at = clock_type::now();
   enter(self, p, phase::up, {});
+  // The peer need not dial back: it may talk to this node's node actor with
+  // this token (it proved the secret in this very hello).
+  if (dialed && !st.advertised.empty())
+    self->send(p.front, atom::link_v, p.token, caf::actor_cast<caf::actor>(self),
+               st.gate.issue(), st.node, st.advertised);
   want_events(self);
 }
 
@@ -144,6 +158,7 @@ void dial(node_pointer self, size_t i) {
   auto& p = st.peers[i];
   if (p.dialing || p.at == phase::up)
     return; // one dial at a time: a stray poll must not start a second chain
+  // (A peer that dialed this node first is up already: see atom::link.)
   p.dialing = true;
   ++p.dials;
   auto& sys = self->system();
@@ -151,6 +166,10 @@ void dial(node_pointer self, size_t i) {
   self->request(mm, st.timeout, caf::connect_atom_v, p.host, p.port)
     .then(
       [self, i](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& ifs) {
+        if (self->state.peers[i].at == phase::up) { // it dialed us meanwhile
+          self->state.peers[i].dialing = false;
+          return;
+        }
         if (!ptr)
           return dial_failed(self, i, "nothing is published there");
         auto want = self->system().message_types<node_actor>();
@@ -467,13 +486,14 @@ caf::result<T> command(node_pointer self, bool here_only, Atom atom, Ts... xs) {
 node_actor::behavior_type make_node(node_pointer self, std::string node,
                                     inspector_actor inspector,
                                     std::vector<std::string> peers, std::string secret,
-                                    bool tls) {
+                                    bool tls, std::string advertised) {
   auto& st = self->state;
   st.node = std::move(node);
   st.started = now_rfc3339();
   st.inspector = std::move(inspector);
   st.gate = admission{std::move(secret)};
   st.tls = tls;
+  st.advertised = std::move(advertised);
   for (auto& address : peers) {
     node_peer p;
     p.address = address;
@@ -486,7 +506,11 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     st.peers.push_back(std::move(p));
   }
   for (size_t i = 0; i < st.peers.size(); ++i)
-    dial(self, i);
+    if (yields_to(st, st.peers[i]))
+      self->delayed_send(self, 2 * st.timeout, atom::poll_v, st.gate.own_events_token(),
+                         st.peers[i].address);
+    else
+      dial(self, i);
   self->set_down_handler([self](caf::down_msg& msg) {
     auto& st = self->state;
     auto& ws = st.watchers;
@@ -496,6 +520,25 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     for (size_t i = 0; i < st.peers.size(); ++i)
       if (st.peers[i].at == phase::up && st.peers[i].front.address() == msg.source)
         lost(self, i, msg.reason);
+  });
+  // What no handler takes is dropped with one line (at most one per 10 s,
+  // with a count), never printed: CAF's default writes it to stdout, into
+  // the status table's stream, for anyone who can connect.
+  self->set_default_handler([self](caf::scheduled_actor*, caf::message_view& x)
+                              -> caf::result<caf::message> {
+    auto& st = self->state;
+    ++st.unexpected;
+    auto now = clock_type::now();
+    if (now - st.unexpected_logged > std::chrono::seconds(10)) {
+      auto sender = self->current_sender();
+      log::warn("node", st.node + ": dropped " + std::to_string(st.unexpected)
+                          + " unexpected message(s); the latest from node "
+                          + (sender ? caf::to_string(sender->node()) : std::string{"unknown"})
+                          + " with " + std::to_string(x.content().size()) + " element(s)");
+      st.unexpected = 0;
+      st.unexpected_logged = now;
+    }
+    return caf::sec::unexpected_message;
   });
   // CAF handles errors and exit messages before any handler could look at
   // a token, and both can come from any connected party. An error message
@@ -523,12 +566,21 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
   };
   return {
     [self](atom::hello, std::string& party_nonce) -> caf::result<std::string, std::string> {
+      if (party_nonce.size() > admission::max_field)
+        return make_error(ec::access_denied, "hello: a nonce of at most "
+                                               + std::to_string(admission::max_field)
+                                               + " characters");
       auto [nonce, proof] = self->state.gate.challenge(party_nonce);
       return {std::move(nonce), std::move(proof)};
     },
     [self](atom::hello, std::string& node_nonce, std::string& party_nonce,
            std::string& proof) -> caf::result<std::string, std::string> {
       auto& st = self->state;
+      if (node_nonce.size() > admission::max_field || party_nonce.size() > admission::max_field
+          || proof.size() > admission::max_field)
+        return make_error(ec::access_denied, "hello: fields of at most "
+                                               + std::to_string(admission::max_field)
+                                               + " characters");
       auto token = st.gate.admit(node_nonce, party_nonce, proof);
       if (token.empty()) {
         // At most one line per 10 s, however many a certificate holder sends.
@@ -597,6 +649,19 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     [self](engine_event& e, std::string& token) {
       if (self->state.gate.valid_for_events(token))
         tell(self, e);
+    },
+    [self](atom::link, std::string& token, caf::actor& peer, std::string& its_token,
+           std::string& name, std::string& address) {
+      auto& st = self->state;
+      if (!st.gate.valid(token) || !peer)
+        return;
+      for (size_t i = 0; i < st.peers.size(); ++i)
+        if (st.peers[i].address == address && st.peers[i].at != phase::up) {
+          st.peers[i].dialing = false;
+          joined(self, i, caf::actor_cast<node_actor>(peer), std::move(name),
+                 std::move(its_token), false);
+          return;
+        }
     },
     [self](atom::poll, std::string& token, std::string& address) {
       if (!crypto::equal_constant_time(token, self->state.gate.own_events_token()))

@@ -69,7 +69,13 @@ struct node_state {
   admission gate;      // the shared secret, and the tokens given out
   uint64_t refused = 0; // hellos refused since the last warning
   std::chrono::steady_clock::time_point refused_logged{};
+  uint64_t unexpected = 0; // messages no handler takes, since the last warning
+  std::chrono::steady_clock::time_point unexpected_logged{};
   bool tls = false;    // dial peers through CAF's OpenSSL middleman
+  /// This node's inspector as the peers list it ("" when its port is
+  /// chosen at start): of two nodes that list each other, the one with the
+  /// lower address dials first, and tells the other it did.
+  std::string advertised;
   /// How long one node may take to answer a fan-out (a listing, a command).
   caf::timespan timeout = std::chrono::seconds(3);
   caf::timespan redial_min = std::chrono::seconds(1);
@@ -81,6 +87,6 @@ using node_pointer = node_actor::stateful_pointer<node_state>;
 node_actor::behavior_type make_node(node_pointer self, std::string node,
                                     inspector_actor inspector,
                                     std::vector<std::string> peers, std::string secret,
-                                    bool tls);
+                                    bool tls, std::string advertised);
 
 } // namespace egress

@@ -42,7 +42,12 @@
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
+#include <filesystem>
+
 #include <caf/actor_system_config.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/openssl/remote_actor.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
@@ -50,6 +55,7 @@
 #include "base/log.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
+#include "providers/crypto/identity.hpp"
 #include "runtime/engine.hpp"
 
 extern char** environ;
@@ -88,9 +94,25 @@ std::string shell_path() {
   return self.substr(0, self.rfind('/') + 1) + "caf-shell";
 }
 
+// The inspector speaks TLS only (docs/spec.md 24): the bench makes an
+// identity of its own, presented by both of its systems and by caf-shell.
+std::string identity_dir() {
+  static const std::string dir = "/tmp/egress-bench-inspect-" + std::to_string(::getpid());
+  return dir;
+}
+
 caf::actor_system_config& quiet(caf::actor_system_config& cfg) {
   egress::configure(cfg);
   cfg.load<caf::io::middleman>();
+  auto id = egress::crypto::ensure_identity(identity_dir());
+  if (!id) {
+    std::fprintf(stderr, "identity: %s\n", egress::render(id.error()).c_str());
+    std::exit(1);
+  }
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_certificate = id->certificate;
+  cfg.openssl_key = id->key;
+  cfg.openssl_cafile = id->ca;
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   return cfg;
@@ -221,7 +243,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
   }
 
   // What caf-run publishes: the node actor, which asks the inspector.
-  auto port = sys.middleman().publish(eng->node(), 0, "127.0.0.1", true);
+  auto port = caf::openssl::publish(eng->node(), 0, "127.0.0.1", true);
   if (!port) {
     std::fprintf(stderr, "publish: %s\n", sys.render(port.error()).c_str());
     out.ok = false;
@@ -231,7 +253,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
 
   // (a) A second actor system in this process, over the middleman.
   {
-    auto insp = client.middleman().remote_actor<egress::node_actor>("127.0.0.1", *port);
+    auto insp = caf::openssl::remote_actor<egress::node_actor>(client, "127.0.0.1", *port);
     if (!insp) {
       std::fprintf(stderr, "remote_actor: %s\n", client.render(insp.error()).c_str());
       out.ok = false;
@@ -281,7 +303,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
   auto target = "127.0.0.1:" + std::to_string(*port);
   for (int i = 0; i < shell_runs; ++i) {
     auto q0 = steady_clock::now();
-    int rc = run_quiet({shell, target, "-c", "ls proxies", "--json"});
+    int rc = run_quiet({shell, target, "-c", "ls proxies", "--json", "--identity=" + identity_dir()});
     out.shell.push_back(ms(steady_clock::now() - q0));
     if (rc != 0) {
       std::fprintf(stderr, "%s: %s exited with %d\n", prefix.c_str(), shell.c_str(), rc);
@@ -291,7 +313,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
   // (c) The same for a person: the table, no JSON.
   for (int i = 0; i < shell_runs; ++i) {
     auto q0 = steady_clock::now();
-    int rc = run_quiet({shell, target, "-c", "ls proxies"});
+    int rc = run_quiet({shell, target, "-c", "ls proxies", "--identity=" + identity_dir()});
     out.table.push_back(ms(steady_clock::now() - q0));
     if (rc != 0) {
       std::fprintf(stderr, "%s: %s exited with %d\n", prefix.c_str(), shell.c_str(), rc);
@@ -384,5 +406,7 @@ int main(int argc, char** argv) {
               " (c) median %.2f ms = %.2fx the goal\n",
               median(hi.client), median(hi.client) / goal_ms, median(hi.shell),
               median(hi.shell) / goal_ms, median(hi.table), median(hi.table) / goal_ms);
+  std::error_code ignored;
+  std::filesystem::remove_all(identity_dir(), ignored);
   return 0;
 }

@@ -264,6 +264,12 @@ using node_actor = caf::typed_actor<
   caf::replies_to<atom::drain, std::string, std::string, bool, bool>::with<proxy_health>,
   // (token): reload: this node's own file.
   caf::replies_to<atom::reload, std::string>::with<std::string>,
+  // (token, the dialing peer's node actor, a token of that peer's for this
+  // node, its name, its inspector's address): a peer this node lists
+  // dialed it first. It is taken as connected, so this node does not dial
+  // it too (two dials between two nodes make two connections, and CAF's
+  // OpenSSL module drops both routes when it closes the second).
+  caf::reacts_to<atom::link, std::string, caf::actor, std::string, std::string, std::string>,
   // Events of this node's fleet (through a local relay) and of the peers',
   // with the token this node gave each of them.
   caf::reacts_to<engine_event, std::string>,

@@ -151,6 +151,12 @@ void check_transport(problems& out, const std::string& path, const host_config& 
   }
   if (h.transport == "ssh") {
     require(out, at(path, "address"), h.address, h.transport);
+    unsigned char ip[16];
+    if (!h.address.empty() && inet_pton(AF_INET, h.address.c_str(), ip) != 1
+        && inet_pton(AF_INET6, h.address.c_str(), ip) != 1)
+      out.add(at(path, "address"), "expected a numeric IP address (the engine resolves no "
+                                   "names: a DNS answer must not choose a host), got "
+                                     + quote(h.address));
     require(out, at(path, "key-file"), h.key_file, h.transport);
     require(out, at(path, "known-hosts"), h.known_hosts, h.transport);
     check_range(out, at(path, "port"), h.port, port_range);
@@ -159,6 +165,12 @@ void check_transport(problems& out, const std::string& path, const host_config& 
   } else if (h.transport == "local-socket") {
     require(out, at(path, "socket"), h.socket, h.transport);
   }
+  if (h.transport != "direct"
+      && (h.bridge_dir.empty() || h.bridge_dir.front() != '/'
+          || h.bridge_dir.find("/../") != std::string::npos
+          || h.bridge_dir.find(' ') != std::string::npos))
+    out.add(at(path, "bridge-dir"), "expected an absolute path without spaces or '..', got "
+                                      + quote(h.bridge_dir));
   if (h.keepalive_interval.count() < 0)
     out.add(at(path, "keepalive-interval"), "must not be negative");
   else if (h.keepalive_interval.count() % 1'000'000'000 != 0)
@@ -263,6 +275,11 @@ void check_image(problems& out, const std::string& path, const image_config& img
     out.add(at(path, "format"), "expected one of qcow2, raw, kernel, initrd, got "
                                   + quote(img.format));
   check_positive(out, at(path, "transfer-budget"), img.transfer_budget);
+  if (img.max_size == 0)
+    out.add(at(path, "max-size"), "must be at least 1 byte");
+  else if (img.size > img.max_size)
+    out.add(at(path, "size"), std::to_string(img.size) + " bytes is more than max-size ("
+                                + std::to_string(img.max_size) + ")");
 }
 
 void check_probe(problems& out, const probe_config& p) {

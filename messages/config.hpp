@@ -64,6 +64,10 @@ struct image_config {
   std::string url;          // http://, https:// or file://
   std::string sha256;       // 64 hex digits, stored lowercase
   uint64_t size = 0;        // bytes; 0 = as the server declares it
+  /// The most an image without a declared size may be: checked against the
+  /// server's length before a volume is made (a hostile mirror must not
+  /// fill a host's pool before the digest could tell it is wrong).
+  uint64_t max_size = uint64_t{16} << 30; // 16 GiB
   std::string format = "qcow2"; // qcow2, raw, kernel or initrd
   caf::timespan transfer_budget = std::chrono::minutes(30);
 
@@ -89,17 +93,24 @@ struct probe_config {
 /// caf-shell and the other nodes; the embedding API ignores it, an
 /// application publishes engine::node() itself) and engine.metrics
 /// (Prometheus, GET /metrics). Numeric addresses. The metrics endpoint
-/// authenticates no one, so it is loopback only. The inspector may bind
-/// elsewhere only with TLS (certificates checked on both sides) and a shared
-/// secret; anything else is refused before anything starts (invariant 20).
+/// authenticates no one, so it is loopback only. The inspector always
+/// speaks TLS with certificates checked on both sides (docs/spec.md 24):
+/// its own CA's from CAF's [openssl] section (tls = true), or else the
+/// identity caf-run generates on this machine (identity-dir). It may bind
+/// off loopback only with tls = true and a shared secret; anything else is
+/// refused before anything starts (invariant 20).
 struct listen_config {
   bool enabled = true;
   std::string address = "127.0.0.1";
   uint32_t port = 0; // 0: any free port (caf-run logs which)
-  /// engine.inspect only: BASP over TLS, with certificates checked on both
-  /// sides (CAF's [openssl] certificate, key, and cafile or capath): every
-  /// shell and every peer node needs a certificate of that CA.
+  /// engine.inspect only: the certificates are the operator's (CAF's
+  /// [openssl] certificate, key, and cafile or capath): every shell and every
+  /// peer node needs a certificate of that CA. Otherwise the generated
+  /// identity below: TLS either way.
   bool tls = false;
+  /// engine.inspect only, without tls: where the generated identity lives
+  /// (providers/crypto/identity.hpp; "" = its default for this user).
+  std::string identity_dir;
   /// engine.inspect only: a file holding the secret every shell and peer
   /// must present (hello) before anything else is answered. Resolved against
   /// the config file; mode 0600 or stricter; 16 characters at least.
@@ -132,8 +143,8 @@ struct engine_config {
   /// and other entries' are never touched, whatever this says.
   bool gc = true;
   probe_config probe;
-  listen_config inspect{true, "127.0.0.1", 4040, false, {}};
-  listen_config metrics{true, "127.0.0.1", 9464, false, {}};
+  listen_config inspect{true, "127.0.0.1", 4040, false, {}, {}};
+  listen_config metrics{true, "127.0.0.1", 9464, false, {}, {}};
   tls_files tls;
   /// engine.inspect.secret-file's content ("": none required). Never dumped.
   std::string inspect_secret;

@@ -28,10 +28,12 @@
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
+#include <caf/scoped_actor.hpp>
 
 #include "actors/metrics_server.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
+#include "providers/crypto/identity.hpp"
 #include "runtime/config_dump.hpp"
 #include "runtime/config_file.hpp"
 #include "runtime/engine.hpp"
@@ -103,16 +105,15 @@ private:
 // arguments, same strict checks). For SIGHUP and for caf-shell's reload,
 // which hand it to the fleet: it applies only the difference, and a file
 // that does not validate changes nothing.
-caf::expected<egress::engine_config> reread(std::vector<char*> args) {
+caf::expected<egress::engine_config> reread(const std::vector<std::string>& args) {
   caf::actor_system_config cfg;
   egress::configure(cfg);
-  if (auto err = cfg.parse(static_cast<int>(args.size()), args.data()))
-    return egress::make_error(egress::ec::config_invalid,
-                              "cannot parse " + cfg.config_file_path + ": " + cfg.render(err));
+  if (auto err = egress::parse_command_line(cfg, args))
+    return err;
   return egress::load_engine_config(cfg);
 }
 
-void reload(egress::engine& eng, const std::vector<char*>& args) {
+void reload(egress::engine& eng, const std::vector<std::string>& args) {
   egress::log::info("caf-run", "SIGHUP: reloading the configuration");
   auto next = reread(args);
   if (!next) {
@@ -141,7 +142,7 @@ int main(int argc, char** argv) {
 
   bool dump = false;
   bool have_config = false;
-  std::vector<char*> args{argv[0]};
+  std::vector<std::string> args; // without the program's name
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h" || a == "-?") {
@@ -160,9 +161,8 @@ int main(int argc, char** argv) {
   egress::configure(cfg);
   // For the inspector (caf-shell); it only listens if engine.inspect says so.
   cfg.load<caf::io::middleman>();
-  if (auto err = cfg.parse(static_cast<int>(args.size()), args.data())) {
-    std::cerr << "caf-run: " << (cfg.config_file_path.empty() ? "" : cfg.config_file_path + ": ")
-              << "cannot parse: " << cfg.render(err) << "\n";
+  if (auto err = egress::parse_command_line(cfg, args)) {
+    std::cerr << "caf-run: " << egress::detail(err) << "\n";
     return exit_usage;
   }
   if (cfg.cli_helptext_printed)
@@ -185,14 +185,33 @@ int main(int argc, char** argv) {
     std::cout << egress::dump_config(*ec);
     return exit_ok;
   }
-  if (ec->inspect.enabled && ec->inspect.tls) {
-    // BASP over TLS: CAF's OpenSSL module, with the paths resolved against
-    // the config file like every other path in it.
+  std::string identity_note;
+  if (ec->inspect.enabled) {
+    // BASP over TLS, always (docs/spec.md 24): CAF's OpenSSL module checks a
+    // certificate before it reads a BASP header, whose declared length it
+    // would otherwise allocate for anyone who connects. The operator's own
+    // certificates (tls = true, paths resolved against the config file), or
+    // the identity this machine's engine generated on its first start.
     cfg.load<caf::openssl::manager>();
-    cfg.openssl_certificate = ec->tls.certificate;
-    cfg.openssl_key = ec->tls.key;
-    cfg.openssl_cafile = ec->tls.cafile;
-    cfg.openssl_capath = ec->tls.capath;
+    if (ec->inspect.tls) {
+      cfg.openssl_certificate = ec->tls.certificate;
+      cfg.openssl_key = ec->tls.key;
+      cfg.openssl_cafile = ec->tls.cafile;
+      cfg.openssl_capath = ec->tls.capath;
+    } else {
+      auto dir = ec->inspect.identity_dir.empty() ? egress::crypto::default_identity_dir()
+                                                  : ec->inspect.identity_dir;
+      auto id = egress::crypto::ensure_identity(dir);
+      if (!id) {
+        std::cerr << "caf-run: " << cfg.config_file_path
+                  << ": engine.inspect.identity-dir: " << egress::detail(id.error()) << "\n";
+        return exit_usage;
+      }
+      cfg.openssl_certificate = id->certificate;
+      cfg.openssl_key = id->key;
+      cfg.openssl_cafile = id->ca;
+      identity_note = " (TLS, identity in " + id->dir + ")";
+    }
   }
   auto bound = ec->shutdown_timeout;
   int rc = exit_ok;
@@ -209,14 +228,22 @@ int main(int argc, char** argv) {
       std::cerr << "caf-run: cannot start: " << egress::render(eng.error()) << "\n";
       return exit_start_failed;
     }
+    // Set when the published node actor ends while the engine runs: a
+    // connected party (a certificate holder) can send it an exit `kill`,
+    // which no actor can refuse. It is published anew, on the same port.
+    auto node_ended = std::make_shared<std::atomic<bool>>(false);
+    auto watch_node = [node_ended](const egress::node_actor& n) {
+      node_ended->store(false);
+      caf::actor_cast<caf::abstract_actor*>(n)->attach_functor(
+        [node_ended](const caf::error&) { node_ended->store(true); });
+    };
+    uint16_t inspect_port = 0;
     if (ec->inspect.enabled) {
       auto& in = ec->inspect;
       // The node, not the bare inspector: caf-shell attached here sees this
       // node and every peer it reaches.
-      auto port = in.tls ? caf::openssl::publish(eng->node(), static_cast<uint16_t>(in.port),
-                                                 in.address.c_str(), true)
-                         : sys.middleman().publish(eng->node(), static_cast<uint16_t>(in.port),
-                                                   in.address.c_str(), true);
+      auto port = caf::openssl::publish(eng->node(), static_cast<uint16_t>(in.port),
+                                        in.address.c_str(), true);
       if (!port) {
         std::cerr << "caf-run: cannot open the inspector on " << in.address << ":" << in.port
                   << ": " << sys.render(port.error())
@@ -224,9 +251,12 @@ int main(int argc, char** argv) {
         eng->stop();
         return exit_start_failed;
       }
+      inspect_port = *port;
+      watch_node(eng->node());
       egress::log::info("caf-run", "inspector listening: caf-shell " + in.address + ":"
                                      + std::to_string(*port)
-                                     + (in.tls ? " (TLS: --tls-cert, --tls-key, --tls-ca)" : "")
+                                     + (in.tls ? " (TLS: --tls-cert, --tls-key, --tls-ca)"
+                                               : identity_note)
                                      + (ec->inspect_secret.empty() ? "" : " (--secret-file)"));
     }
     std::optional<caf::actor> metrics;
@@ -255,6 +285,29 @@ int main(int argc, char** argv) {
       }
       if (sig == SIGHUP)
         reload(*eng, args);
+      if (node_ended->load()) {
+        auto old = eng->node();
+        egress::log::error("caf-run", "the inspector's node actor ended (an exit message "
+                                      "from a connected party); publishing a new one on port "
+                                        + std::to_string(inspect_port));
+        {
+          // (caf::openssl::unpublish does not compile in 0.17.6: ask its
+          // middleman actor directly; the port is free again once it answers.)
+          caf::scoped_actor self{sys};
+          self->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(5),
+                        caf::unpublish_atom_v, old.address(), inspect_port)
+            .receive([] {}, [](caf::error&) {});
+        }
+        auto& fresh = eng->renew_node();
+        auto port = caf::openssl::publish(fresh, inspect_port, ec->inspect.address.c_str(), true);
+        if (!port) {
+          egress::log::error("caf-run", "cannot publish the new node actor: "
+                                          + sys.render(port.error()) + "; stopping (exit 1)");
+          rc = exit_start_failed;
+          break;
+        }
+        watch_node(fresh);
+      }
       if (auto st = eng->status(std::chrono::seconds(2))) {
         auto fp = egress::table_fingerprint(*st);
         if (fp != last) {

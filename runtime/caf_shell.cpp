@@ -46,6 +46,7 @@
 #include "actors/admission.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
+#include "providers/crypto/identity.hpp"
 #include "providers/crypto/secret.hpp"
 #include "runtime/engine.hpp"
 
@@ -66,10 +67,13 @@ constexpr int exit_usage = 2;
 
 const char* usage_text =
   "usage: caf-shell [HOST:PORT] [-c COMMAND]... [--json] [--timeout=MS]\n"
-  "                 [--secret-file=FILE] [--tls-cert=FILE --tls-key=FILE --tls-ca=FILE]\n"
+  "                 [--secret-file=FILE] [--identity=DIR]\n"
+  "                 [--tls-cert=FILE --tls-key=FILE --tls-ca=FILE]\n"
   "\n"
   "Attaches to a running engine's inspector (caf-run logs \"inspector\n"
-  "listening: caf-shell HOST:PORT\"; default 127.0.0.1:4040).\n"
+  "listening: caf-shell HOST:PORT\"; default 127.0.0.1:4040). The inspector\n"
+  "speaks TLS only: the shell presents the identity caf-run generated on this\n"
+  "machine, which only its user (and root) may read.\n"
   "\n"
   "Commands:\n"
   "  ls [links|images|proxies|health|calls|nodes]\n"
@@ -92,9 +96,12 @@ const char* usage_text =
   "  --timeout=MS   how long one answer may take (default 5000)\n"
   "  --for=SECONDS  end a watch after this long (default: at Ctrl-C)\n"
   "  --secret-file=FILE  the node's shared secret (engine.inspect.secret-file)\n"
+  "  --identity=DIR the engine's generated identity (engine.inspect.identity-dir;\n"
+  "                 default: $EGRESS_INSPECT_IDENTITY, then the engine's default\n"
+  "                 for this user, then /var/lib/egress/inspect)\n"
   "  --tls-cert=FILE, --tls-key=FILE, --tls-ca=FILE\n"
-  "                 TLS to a node with engine.inspect.tls: this shell's certificate\n"
-  "                 and key, and the CA that signed the node's\n";
+  "                 a node with engine.inspect.tls: this shell's certificate and\n"
+  "                 key, and the CA that signed the node's\n";
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
@@ -173,8 +180,7 @@ public:
     // the timeout the shell gives up, and exits at once, since the stuck
     // connect would also hold the actor system's destructor.
     auto pending = std::async(std::launch::async, [this] {
-      return tls_ ? caf::openssl::remote_actor<node_actor>(sys_, host_, port_)
-                  : sys_.middleman().remote_actor<node_actor>(host_, port_);
+      return caf::openssl::remote_actor<node_actor>(sys_, host_, port_);
     });
     if (pending.wait_for(timeout_) != std::future_status::ready) {
       std::cerr << "caf-shell: no answer from " << where() << " within "
@@ -234,8 +240,7 @@ public:
     return true;
   }
 
-  /// Connect with TLS (caf::openssl) and prove this secret in the hello.
-  bool tls_ = false;
+  /// Prove this secret in the hello.
   std::string secret_;
   std::string node_;  // the attached node's name (hello)
   std::string token_; // what every request carries (hello)
@@ -598,13 +603,42 @@ int repl(shell& sh) {
 
 } // namespace
 
+// The identity caf-run generated (providers/crypto/identity.hpp): the one
+// named, else $EGRESS_INSPECT_IDENTITY, else the engine's default for this
+// user, else the system service's.
+caf::expected<crypto::identity_files> find_identity(const std::string& named) {
+  std::vector<std::string> tried;
+  auto dirs = named.empty() ? std::vector<std::string>{} : std::vector<std::string>{named};
+  if (named.empty()) {
+    if (auto env = std::getenv("EGRESS_INSPECT_IDENTITY"); env && *env)
+      dirs.push_back(env);
+    dirs.push_back(crypto::default_identity_dir());
+    dirs.push_back("/var/lib/egress/inspect");
+  }
+  caf::error last;
+  for (auto& d : dirs) {
+    auto id = crypto::load_identity(d);
+    if (id || !named.empty())
+      return id;
+    tried.push_back(d);
+    last = id.error();
+  }
+  std::string list;
+  for (auto& d : tried)
+    list += (list.empty() ? "" : ", ") + d;
+  return make_error(ec::invalid_argument,
+                    "no inspector identity readable here (tried " + list + "; last: "
+                      + detail(last) + "). caf-run makes it on its first start: run the "
+                      "shell as the engine's user, or pass --identity=DIR");
+}
+
 int main(int argc, char** argv) {
   std::string target = "127.0.0.1:4040";
   std::vector<std::string> commands;
   bool as_json = false;
   long timeout_ms = 5000;
   long watch_s = 0;
-  std::string secret_file, tls_cert, tls_key, tls_ca;
+  std::string secret_file, tls_cert, tls_key, tls_ca, identity_dir;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -629,6 +663,8 @@ int main(int argc, char** argv) {
       }
     } else if (a.rfind("--secret-file=", 0) == 0) {
       secret_file = a.substr(14);
+    } else if (a.rfind("--identity=", 0) == 0) {
+      identity_dir = a.substr(11);
     } else if (a.rfind("--tls-cert=", 0) == 0) {
       tls_cert = a.substr(11);
     } else if (a.rfind("--tls-key=", 0) == 0) {
@@ -667,15 +703,23 @@ int main(int argc, char** argv) {
     while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
       secret.pop_back();
   }
+  if (!tls) {
+    auto id = find_identity(identity_dir);
+    if (!id) {
+      std::cerr << "caf-shell: " << detail(id.error()) << "\n";
+      return exit_usage;
+    }
+    tls_cert = id->certificate;
+    tls_key = id->key;
+    tls_ca = id->ca;
+  }
   caf::actor_system_config cfg;
   configure(cfg);
   cfg.load<caf::io::middleman>();
-  if (tls) {
-    cfg.load<caf::openssl::manager>();
-    cfg.openssl_certificate = tls_cert;
-    cfg.openssl_key = tls_key;
-    cfg.openssl_cafile = tls_ca;
-  }
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_certificate = tls_cert;
+  cfg.openssl_key = tls_key;
+  cfg.openssl_cafile = tls_ca;
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   int rc = exit_ok;
@@ -684,7 +728,6 @@ int main(int argc, char** argv) {
     shell sh{sys, target.substr(0, colon), static_cast<uint16_t>(port), as_json,
              std::chrono::milliseconds(timeout_ms)};
     sh.watch_for = std::chrono::seconds(watch_s);
-    sh.tls_ = tls;
     sh.secret_ = secret;
     // Ctrl-C ends a watch (in the REPL, libedit has the terminal otherwise);
     // SIGTERM ends a scripted one.

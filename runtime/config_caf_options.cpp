@@ -2,15 +2,17 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <utility>
 
 #include <caf/config_option.hpp>
 #include <caf/config_option_set.hpp>
 #include <caf/settings.hpp>
 #include <caf/uri.hpp>
+
+#include "runtime/config_text.hpp"
 
 namespace egress::config_detail {
 
@@ -290,9 +292,10 @@ void check_types(std::vector<key_problem>& out, const caf::config_option_set& op
 std::optional<caf::settings> read_raw(const std::string& file) {
   if (file.empty())
     return std::nullopt;
-  std::ifstream in{file};
-  if (!in.is_open())
+  auto text = load_config_text(file); // never an ifstream on a FIFO
+  if (!text)
     return std::nullopt;
+  std::istringstream in{*text};
   caf::settings raw;
   caf::config_option_set no_options;
   if (caf::actor_system_config::parse_config(in, no_options, raw))

@@ -54,6 +54,9 @@ std::string dump_config(const engine_config& cfg) {
          + ", tls = " + (cfg.inspect.tls ? "true" : "false")
          + (cfg.inspect.secret_file.empty() ? std::string{}
                                             : ", secret-file = " + quoted(cfg.inspect.secret_file))
+         + (cfg.inspect.identity_dir.empty()
+              ? std::string{}
+              : ", identity-dir = " + quoted(cfg.inspect.identity_dir))
          + " }\n";
   out += std::string{"metrics = { enabled = "} + (cfg.metrics.enabled ? "true" : "false")
          + ", address = " + quoted(cfg.metrics.address)
@@ -99,6 +102,7 @@ std::string dump_config(const engine_config& cfg) {
   for (auto& img : cfg.images) {
     out += "  { name = " + quoted(img.name) + ", url = " + quoted(img.url)
            + ", sha256 = " + quoted(img.sha256) + ", size = " + std::to_string(img.size)
+           + ", max-size = " + std::to_string(img.max_size)
            + ", format = " + quoted(img.format)
            + ", transfer-budget = " + duration_text(img.transfer_budget) + " },\n";
   }

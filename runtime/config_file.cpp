@@ -22,6 +22,7 @@
 #include "messages/error.hpp"
 #include "messages/names.hpp"
 #include "runtime/config_caf_options.hpp"
+#include "runtime/config_text.hpp"
 
 namespace egress {
 
@@ -202,6 +203,16 @@ bool uri_safe(const std::string& path) {
   });
 }
 
+// A key or a secret: refused (reported at `key`) when its group or others
+// may read it, as OpenSSH refuses such a key.
+bool check_private(problems& out, const std::string& key, const std::string& file) {
+  auto perms = fs::status(file).permissions();
+  if ((perms & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none)
+    return true;
+  out.add(key, quoted_path(file) + " may be read by others than its owner: chmod 600 it");
+  return false;
+}
+
 // A file the engine must read (a key, known_hosts), relative to the config
 // file; the resolved absolute path, or "" after reporting why not.
 std::string resolve_file(problems& out, const std::string& path,
@@ -280,14 +291,20 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
   r.read("port", h.port, port_range);
   r.read("user", h.user);
   std::string file;
-  if (r.has("key-file") && (r.read("key-file", file), !file.empty()))
+  if (r.has("key-file") && (r.read("key-file", file), !file.empty())) {
     h.key_file = resolve_file(out, r.path("key-file"), file, base);
+    if (!h.key_file.empty())
+      check_private(out, r.path("key-file"), h.key_file);
+  }
   if (r.has("known-hosts") && (r.read("known-hosts", file), !file.empty()))
     h.known_hosts = resolve_file(out, r.path("known-hosts"), file, base);
   r.read("remote-socket", h.remote_socket);
   r.read("remote-command", h.remote_command);
   r.read("socket", h.socket);
   r.read("bridge-dir", h.bridge_dir);
+  if (r.has("bridge-dir") && !h.bridge_dir.empty() && h.bridge_dir.front() == '/'
+      && !fs::is_directory(h.bridge_dir))
+    out.add(r.path("bridge-dir"), "no such directory: " + quoted_path(h.bridge_dir));
   r.read("keepalive-interval", h.keepalive_interval);
   r.read("keepalive-count", h.keepalive_count, keepalive_count_range);
   r.read("ssh-keepalive", h.ssh_keepalive);
@@ -321,7 +338,7 @@ proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
 image_config read_image(problems& out, const std::string& path, const dict& d) {
   image_config img;
   dict_reader r{out, d, path,
-                {"name", "url", "sha256", "size", "format", "transfer-budget"}};
+                {"name", "url", "sha256", "size", "max-size", "format", "transfer-budget"}};
   r.read("name", img.name, true);
   r.read("url", img.url, true);
   r.read("sha256", img.sha256, true);
@@ -329,6 +346,7 @@ image_config read_image(problems& out, const std::string& path, const dict& d) {
   std::transform(img.sha256.begin(), img.sha256.end(), img.sha256.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   r.read("size", img.size);
+  r.read("max-size", img.max_size);
   r.read("format", img.format);
   r.read("transfer-budget", img.transfer_budget);
   r.finish();
@@ -359,7 +377,7 @@ listen_config read_listen(problems& out, const dict& d, const std::string& key,
                           listen_config l, bool inspect) {
   std::vector<std::string> known{"enabled", "address", "port"};
   if (inspect)
-    known.insert(known.end(), {"tls", "secret-file"});
+    known.insert(known.end(), {"tls", "secret-file", "identity-dir"});
   dict_reader r{out, d, key, known};
   r.read("enabled", l.enabled);
   r.read("address", l.address);
@@ -367,6 +385,7 @@ listen_config read_listen(problems& out, const dict& d, const std::string& key,
   if (inspect) {
     r.read("tls", l.tls);
     r.read("secret-file", l.secret_file);
+    r.read("identity-dir", l.identity_dir);
   }
   r.finish();
   return l;
@@ -379,11 +398,8 @@ std::string read_secret(problems& out, const std::string& file, const fs::path& 
   auto path = resolve_file(out, key, file, base);
   if (path.empty())
     return {};
-  auto perms = fs::status(path).permissions();
-  if ((perms & (fs::perms::group_all | fs::perms::others_all)) != fs::perms::none) {
-    out.add(key, quoted_path(path) + " may be read by others than its owner: chmod 600 it");
+  if (!check_private(out, key, path))
     return {};
-  }
   std::ifstream in{path};
   std::string secret{std::istreambuf_iterator<char>{in}, {}};
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
@@ -410,6 +426,9 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
     cfg.probe = read_probe(out, *x);
   if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))
     cfg.inspect = read_listen(out, *x, "engine.inspect", cfg.inspect, true);
+  // Relative to the config file, like every path in it.
+  if (!cfg.inspect.identity_dir.empty())
+    cfg.inspect.identity_dir = (base / cfg.inspect.identity_dir).lexically_normal().string();
   if (!cfg.inspect.secret_file.empty()) {
     cfg.inspect_secret = read_secret(out, cfg.inspect.secret_file, base);
     if (cfg.inspect_secret.empty())
@@ -465,6 +484,8 @@ caf::expected<engine_config> load_engine_config(const caf::actor_system_config& 
                 tls_path("openssl.key", cfg.openssl_key),
                 tls_path("openssl.cafile", cfg.openssl_cafile),
                 tls_path("openssl.capath", cfg.openssl_capath)};
+  if (!result.tls.key.empty() && fs::exists(result.tls.key))
+    check_private(out, "openssl.key", result.tls.key);
   auto i = root.find("engine");
   if (i == root.end())
     out.add("engine", "required section is missing");
@@ -478,6 +499,32 @@ caf::expected<engine_config> load_engine_config(const caf::actor_system_config& 
     return out.to_error();
   result.node = node_name(result);
   return result;
+}
+
+caf::error parse_command_line(caf::actor_system_config& cfg, std::vector<std::string> args) {
+  static const std::string flag = "--config-file=";
+  std::string path;
+  for (auto i = args.begin(); i != args.end();) {
+    if (i->rfind(flag, 0) == 0) {
+      path = i->substr(flag.size());
+      i = args.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  std::istringstream text;
+  if (!path.empty()) {
+    auto checked = load_config_text(path);
+    if (!checked)
+      return std::move(checked.error());
+    text.str(std::move(*checked));
+  }
+  auto err = cfg.parse(std::move(args), text);
+  cfg.config_file_path = path;
+  if (err)
+    return make_error(ec::config_invalid, (path.empty() ? "" : path + ": ")
+                                            + "cannot parse: " + cfg.render(err));
+  return {};
 }
 
 } // namespace egress

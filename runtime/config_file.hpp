@@ -5,6 +5,9 @@
 // load_engine_config walks the whole settings tree and refuses anything it
 // does not know, naming the file and the key, then runs validate()'s checks.
 
+#include <string>
+#include <vector>
+
 #include <caf/actor_system_config.hpp>
 #include <caf/expected.hpp>
 
@@ -17,5 +20,14 @@ namespace egress {
 /// as "<file>: <key path>: <problem>", inside a permanent ec::config_invalid
 /// error. Keys outside `engine` must be options CAF itself declares.
 caf::expected<engine_config> load_engine_config(const caf::actor_system_config& cfg);
+
+/// Parses a command line (`args` without the program's name) into `cfg`,
+/// CAF's way, except for the file: `--config-file=FILE` is read and checked
+/// first (runtime/config_text.hpp: a regular file, bounded, no NUL, no deep
+/// nesting, no duplicate key, no overflowing duration) and CAF parses the
+/// bytes that were checked, never the path (which may be a FIFO). A refusal
+/// is ec::config_invalid naming the file, the line and the column; CAF's
+/// own parse errors come back rendered.
+caf::error parse_command_line(caf::actor_system_config& cfg, std::vector<std::string> args);
 
 } // namespace egress

@@ -61,8 +61,29 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
   auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)},
                      std::move(reread));
-  auto n = sys.spawn(make_node, cfg.node, i, cfg.peers, cfg.inspect_secret, cfg.inspect.tls);
+  auto n = spawn_node(sys, cfg, i);
   return engine{sys, std::move(f), std::move(i), std::move(n), std::move(cfg)};
+}
+
+node_actor engine::spawn_node(caf::actor_system& sys, const engine_config& cfg,
+                              const inspector_actor& inspector) {
+  // What the peers list this node as: its inspector's fixed address (a
+  // port chosen at start is nobody's to list).
+  std::string advertised;
+  if (cfg.inspect.enabled && cfg.inspect.port != 0)
+    advertised = (cfg.inspect.address.find(':') == std::string::npos
+                    ? cfg.inspect.address
+                    : "[" + cfg.inspect.address + "]")
+                 + ":" + std::to_string(cfg.inspect.port);
+  // Peers are dialed over TLS whenever the application loaded CAF's OpenSSL
+  // module (caf-run always does: docs/spec.md 24).
+  return sys.spawn(make_node, cfg.node, inspector, cfg.peers, cfg.inspect_secret,
+                   sys.has_openssl_manager(), advertised);
+}
+
+const node_actor& engine::renew_node() {
+  node_ = spawn_node(*sys_, cfg_, inspector_);
+  return node_;
 }
 
 caf::expected<fleet_status> engine::status(caf::timespan timeout) const {

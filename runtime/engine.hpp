@@ -44,6 +44,10 @@ public:
   /// (engine.node, engine.peers). caf-run publishes it on the middleman; an
   /// embedding application may publish it too.
   const node_actor& node() const noexcept { return node_; }
+  /// A new node actor in place of one that ended (an exit `kill` from a
+  /// connected party is the one message it cannot refuse), for the
+  /// launcher to publish again.
+  const node_actor& renew_node();
   const engine_config& config() const noexcept { return cfg_; }
 
   /// Blocking convenience for non-actor code (never call it from an actor).
@@ -65,6 +69,9 @@ public:
   caf::error stop(caf::timespan timeout = caf::timespan{0});
 
 private:
+  static node_actor spawn_node(caf::actor_system& sys, const engine_config& cfg,
+                               const inspector_actor& inspector);
+
   engine(caf::actor_system& sys, fleet_actor f, inspector_actor i, node_actor n,
          engine_config cfg)
     : sys_(&sys), fleet_(std::move(f)), inspector_(std::move(i)), node_(std::move(n)),

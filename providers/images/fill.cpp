@@ -235,6 +235,11 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
     return make_error(ec::invalid_argument,
                       "image " + img.name + ": " + mirror::redact_url(img.url)
                         + " declares no length; set the image's size in the config");
+  if (img.size == 0 && img.max_size > 0 && total > img.max_size)
+    return make_error(ec::length_mismatch,
+                      "image " + img.name + ": " + mirror::redact_url(img.url) + " declares "
+                        + std::to_string(total) + " bytes, more than its max-size ("
+                        + std::to_string(img.max_size) + "); nothing was stored");
   if (offset >= total && *n0 > 0)
     return make_error(ec::length_mismatch, "image " + img.name + ": more than "
                                              + std::to_string(total) + " bytes");

@@ -38,6 +38,9 @@ struct image_source {
   std::string sha256;    // lowercase hex, 64 digits
   uint64_t size = 0;     // bytes; 0 = as the server declares it
   std::string format;    // qcow2, raw, kernel, initrd: recorded in the marker
+  /// With size 0: the most the server may declare (checked before a volume
+  /// is made). 0: no bound (a caller that knows better, e.g. a benchmark).
+  uint64_t max_size = 0;
 };
 
 struct fill_request {

@@ -305,6 +305,25 @@ BOOST_AUTO_TEST_CASE(spec_08_a_volume_deleted_under_the_upload_is_never_marked) 
   BOOST_CHECK(exists(n.marker));
 }
 
+// docs/spec.md 24: an image without a declared size takes its length from
+// the server, so a hostile mirror could fill a host's pool before the
+// digest could tell it is wrong. Past max-size it is refused, from the
+// server's declared length, before a volume is made.
+BOOST_AUTO_TEST_CASE(spec_24_an_unsized_image_past_its_max_size_is_refused_before_a_volume) {
+  auto req = request();
+  req.image.size = 0;
+  req.image.max_size = 4 * mib;
+  auto r = fill(req);
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("unsized: " << render(r.error()));
+  BOOST_CHECK(is(r.error(), ec::length_mismatch));
+  BOOST_CHECK(detail(r.error()).find("more than its max-size (4194304)") != std::string::npos);
+  BOOST_CHECK(volumes().empty());
+  req.image.max_size = image.size();
+  auto ok = fill(req); // at the bound: fine
+  BOOST_REQUIRE_MESSAGE(ok, show(ok));
+}
+
 // A 404 is not_found, and leaves nothing.
 BOOST_AUTO_TEST_CASE(missing_image_is_not_found_and_leaves_nothing) {
   http.set({.error_status = 404});

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -347,6 +348,55 @@ BOOST_AUTO_TEST_CASE(sighup_applies_the_difference_and_refuses_a_bad_file) {
   BOOST_CHECK_EQUAL(c.wait(10s), 0);
 }
 
+// docs/spec.md 25: files CAF's own parser would crash on (50,000 nested
+// brackets: exit 139 before), hang on (a FIFO), or take silently (a NUL
+// ends the file, a duration wraps, the first of two equal keys wins) stop
+// caf-run with exit 2 naming the file, the line and the column; and the
+// same files sent by SIGHUP are refused while the engine keeps running.
+BOOST_AUTO_TEST_CASE(spec_25_a_hostile_file_is_refused_at_start_and_on_sighup) {
+  auto nested = "[engine]\nentry = " + std::string(50'000, '[') + "\n";
+  struct hostile {
+    std::string name, text, expect;
+  };
+  std::vector<hostile> files{
+    {"nested.ini", nested, "nested.ini:2:41: nested more than 32 levels deep"},
+    {"nul.ini", std::string{"[engine]\nentry = \"a\"\0\n", 22}, "nul.ini:2:12: a NUL byte"},
+    {"wrap.ini", "[engine]\npoll-interval = 5124096h\n", "wrap.ini:2:17: duration"},
+    {"twice.ini", "[engine]\nentry = \"a\"\nentry = \"b\"\n",
+     "twice.ini:3:1: duplicate key \"entry\" (first at line 2"},
+  };
+  for (auto& f : files) {
+    auto path = write(f.name, f.text);
+    BOOST_CHECK_EQUAL(run({"--config-file=" + path}), 2);
+    BOOST_CHECK_MESSAGE(contains(stderr_text(), f.expect), f.name << ": " << stderr_text());
+  }
+  auto fifo = (dir / "fifo.ini").string();
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto t0 = steady::now();
+  BOOST_CHECK_EQUAL(run({"--config-file=" + fifo}), 2);
+  BOOST_CHECK(steady::now() - t0 < 5s);
+  BOOST_CHECK_MESSAGE(contains(stderr_text(), "is a FIFO, not a regular file"), stderr_text());
+
+  fs::copy_file(std::string{EGRESS_SOURCE_DIR} + "/config/testnode.xml", dir / "testnode.xml");
+  auto ini = slurp(default_ini);
+  auto path = write("engine.ini", ini);
+  child c{EGRESS_CAF_RUN, {"--config-file=" + path}, out, err};
+  BOOST_REQUIRE_MESSAGE(wait_output(*this, c, [](const auto& o, const auto&) {
+                          return all_running(o, {"egress-1", "egress-2", "egress-3"});
+                        }),
+                        "stdout:\n" << stdout_text() << "\nstderr:\n" << stderr_text());
+  write("engine.ini", nested);
+  c.signal(SIGHUP);
+  BOOST_REQUIRE_MESSAGE(wait_output(*this, c, [](const auto&, const auto& e) {
+                          return contains(e, "nested more than 32 levels deep");
+                        }),
+                        stderr_text());
+  BOOST_CHECK(contains(stderr_text(), "reload refused, the running fleet is unchanged"));
+  BOOST_CHECK(c.running());
+  c.signal(SIGTERM);
+  BOOST_CHECK_EQUAL(c.wait(10s), 0);
+}
+
 BOOST_AUTO_TEST_CASE(embed_example_runs_its_proxies_and_exits_0) {
   child c{EGRESS_EMBED_EXAMPLE, {}, out, err};
   auto rc = c.wait(45s); // the example gives up on its own after 30 s
@@ -376,6 +426,8 @@ BOOST_AUTO_TEST_CASE(systemd_unit_verifies_and_matches_caf_run) {
   auto unit = slurp(fs::path{EGRESS_SOURCE_DIR} / "dist/caf-run.service");
   BOOST_CHECK(contains(unit, "RestartPreventExitStatus=2"));
   BOOST_CHECK(contains(unit, "ExecReload=/bin/kill -HUP $MAINPID"));
+  BOOST_CHECK(contains(unit, "LimitNOFILE=65536"));
+  BOOST_CHECK(contains(unit, "StateDirectory=egress"));
   if (::access("/usr/bin/systemd-analyze", X_OK) != 0) {
     BOOST_TEST_MESSAGE("skipped: no systemd-analyze on this machine");
     return;

@@ -5,6 +5,10 @@
 
 #include <chrono>
 #include <map>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include <caf/scoped_actor.hpp>
 
@@ -17,6 +21,8 @@ using namespace std::chrono_literals;
 using test::daemon_run;
 using test::http_get;
 using test::parse_exposition;
+using test::rss_kib;
+using test::tcp_connect;
 
 // The Prometheus endpoint of a caf-run in another process: scraped over
 // HTTP and parsed; the proxies, the rotation and the reconcile histogram
@@ -59,4 +65,114 @@ BOOST_AUTO_TEST_CASE(spec_20_a_non_loopback_metrics_endpoint_is_refused) {
   BOOST_REQUIRE(status);
   BOOST_CHECK(WIFEXITED(*status) && WEXITSTATUS(*status) == 2);
   BOOST_CHECK_MESSAGE(d.log().find("engine.metrics.address") != std::string::npos, d.log());
+}
+
+namespace {
+
+// Sends `what` on a fresh connection and returns the whole answer ("" when
+// the connection closed without one), waiting at most `wait`.
+std::string send_and_read(int port, const std::string& what, std::chrono::seconds wait = 5s) {
+  int fd = tcp_connect(port);
+  if (fd < 0)
+    return "refused";
+  timeval tv{static_cast<time_t>(wait.count()), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (!what.empty() && ::write(fd, what.data(), what.size()) < 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+struct metrics_daemon {
+  daemon_run d;
+  int port = 0;
+  explicit metrics_daemon(std::vector<std::string> prefix = {})
+    : d{"inspect = { port = 0 }", std::move(prefix)} {
+    BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+    BOOST_REQUIRE(test::eventually([&] { return d.metrics_port() != 0; }, 10s));
+    port = d.metrics_port();
+  }
+};
+
+} // namespace
+
+// docs/spec.md 24, the metrics endpoint: 2,000 idle connections against a
+// file limit of 1,024 (the usual default; before, ~1,100 of them spun the
+// middleman at 90 % CPU and took the inspector down, silently): the 65th
+// and later get a 503 and are closed at once, the cap is logged, and
+// /metrics and caf-shell still answer within a second.
+BOOST_AUTO_TEST_CASE(spec_24_idle_connections_past_the_cap_are_refused_and_nothing_starves) {
+  test::raise_fd_limit(4096);
+  metrics_daemon m{{"/usr/bin/prlimit", "--nofile=1024:1024", "--"}};
+  std::vector<int> idle;
+  for (int i = 0; i < 2000; ++i)
+    if (int fd = tcp_connect(m.port); fd >= 0)
+      idle.push_back(fd);
+  BOOST_TEST_MESSAGE(idle.size() << " connections made");
+  auto t0 = std::chrono::steady_clock::now();
+  auto [code, body] = http_get(m.port, "/metrics");
+  auto scrape = std::chrono::steady_clock::now() - t0;
+  // The scrape itself may be one of the refused ones while the idle ones
+  // are being closed: what must hold is that it is answered at once.
+  BOOST_CHECK_MESSAGE(code == 200 || code == 503, code);
+  BOOST_CHECK_LT(scrape, 1s);
+  t0 = std::chrono::steady_clock::now();
+  auto ls = m.d.shell({"-c", "ls links"});
+  BOOST_CHECK_MESSAGE(ls.ok(), ls.output);
+  BOOST_CHECK_LT(std::chrono::steady_clock::now() - t0, 1s + 500ms); // a process start
+  for (int fd : idle)
+    ::close(fd);
+  BOOST_CHECK(test::eventually([&] { return http_get(m.port, "/metrics").first == 200; }, 5s));
+  BOOST_CHECK_MESSAGE(m.d.log().find("connection cap of 64 reached") != std::string::npos,
+                      m.d.log());
+}
+
+// Bytes after a request were kept per connection and never erased (CAF
+// sends no close message for a close of the server's own), so the next
+// client on the same fd number inherited them and got a 405, and ~14 KB
+// stayed per fd number. Now they are dropped as they come, and the state
+// goes with the connection: 1,000 requests with 16 KiB of junk behind each
+// leave the server as it was.
+BOOST_AUTO_TEST_CASE(spec_24_bytes_after_a_request_are_dropped_with_the_connection) {
+  metrics_daemon m;
+  auto before = rss_kib(m.d.proc.pid());
+  std::string junk(16 * 1024, 'x');
+  for (int i = 0; i < 1000; ++i) {
+    auto answer = send_and_read(m.port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" + junk);
+    if (!answer.starts_with("HTTP/1.1 200")) {
+      BOOST_ERROR("request " << i << ": " << answer.substr(0, 80));
+      break;
+    }
+  }
+  BOOST_CHECK(http_get(m.port, "/metrics").first == 200);
+  auto after = rss_kib(m.d.proc.pid());
+  BOOST_TEST_MESSAGE("RSS " << before << " KiB -> " << after << " KiB");
+  BOOST_CHECK_LT(after, before + 8 * 1024);
+}
+
+// One response per request, or a clean close: a bare "\n\n" ends a request
+// too; half a request is closed after the idle timeout; pipelined requests
+// get one answer and a close; too much header is refused.
+BOOST_AUTO_TEST_CASE(spec_24_every_request_is_answered_or_closed) {
+  metrics_daemon m;
+  BOOST_CHECK(send_and_read(m.port, "GET /metrics HTTP/1.0\n\n").starts_with("HTTP/1.1 200"));
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_CHECK_EQUAL(send_and_read(m.port, "GET /metr", 20s), ""); // closed, unanswered
+  auto held = std::chrono::steady_clock::now() - t0;
+  BOOST_CHECK_GE(held, 9s);
+  BOOST_CHECK_LT(held, 13s);
+  std::string pipelined;
+  for (int i = 0; i < 100; ++i)
+    pipelined += "GET /metrics HTTP/1.1\r\n\r\n";
+  auto answer = send_and_read(m.port, pipelined);
+  BOOST_CHECK(answer.starts_with("HTTP/1.1 200"));
+  BOOST_CHECK_EQUAL(answer.find("HTTP/1.1", 8), std::string::npos); // one answer, closed
+  BOOST_CHECK(send_and_read(m.port, "GET /metrics HTTP/1.1\r\nX: " + std::string(9000, 'a'))
+                .starts_with("HTTP/1.1 431"));
 }

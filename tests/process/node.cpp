@@ -7,14 +7,21 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "providers/crypto/identity.hpp"
+#include "runtime/engine.hpp"
 #include "support/caf_run_process.hpp"
 #include "support/engine_fixture.hpp"
 #include "support/testbed.hpp"
@@ -26,6 +33,8 @@ using test::config_with;
 using test::daemon_run;
 using test::free_ports;
 using test::node_ini;
+using test::rss_kib;
+using test::tcp_connect;
 
 // Several nodes: two caf-run processes, each owning its own host, peers of
 // each other through the middleman. A shell attached to either one lists
@@ -306,3 +315,79 @@ BOOST_AUTO_TEST_CASE(spec_20_off_loopback_the_inspector_needs_tls_and_the_secret
   BOOST_CHECK_MESSAGE(d.log().find("stopped cleanly") != std::string::npos, d.log());
 }
 
+
+namespace {
+
+uint16_t port_of(const std::string& address) {
+  return static_cast<uint16_t>(std::stoul(address.substr(address.rfind(':') + 1)));
+}
+
+} // namespace
+
+// docs/spec.md 24: before, any local user could send the inspector a BASP
+// header declaring a 4 GiB payload, and CAF 0.17 allocated and zeroed it
+// (four connections: +2.1 GB in 3 s, the inspector silent for ~20 s). Now
+// the inspector speaks TLS with certificates checked on both sides, and
+// those 32 bytes are a failed handshake: nothing is allocated for them.
+BOOST_AUTO_TEST_CASE(spec_24_a_declared_4_gib_payload_allocates_nothing) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  auto before = rss_kib(d.proc.pid());
+  // CAF 0.17's BASP header, big-endian: operation, two padding bytes,
+  // flags, payload length, operation data, source and destination actor.
+  std::vector<int> fds;
+  for (unsigned char op : {0, 1, 0, 1}) { // server and client handshakes
+    unsigned char header[32] = {};
+    header[0] = op;
+    for (int i = 4; i < 8; ++i)
+      header[i] = 0xff; // payload_len: 4 GiB - 1
+    header[15] = 1;     // operation data (the BASP version): not zero
+    int fd = tcp_connect(port_of(d.address));
+    BOOST_REQUIRE(fd >= 0);
+    BOOST_REQUIRE(::write(fd, header, sizeof header) == sizeof header);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(3s);
+  auto after = rss_kib(d.proc.pid());
+  BOOST_TEST_MESSAGE("RSS " << before << " KiB -> " << after << " KiB");
+  BOOST_CHECK_LT(after, before + 16 * 1024);
+  auto t0 = std::chrono::steady_clock::now();
+  auto ls = d.shell({"-c", "ls links"});
+  BOOST_CHECK_MESSAGE(ls.ok(), ls.output);
+  BOOST_CHECK_LT(std::chrono::steady_clock::now() - t0, 2s);
+  for (int fd : fds)
+    ::close(fd);
+}
+
+// A party holding a certificate can still send the node actor an exit
+// `kill`, which no actor can refuse: caf-run logs it and publishes a new
+// node actor on the same port (before, the inspector was gone for good,
+// silently). A message no handler takes is one log line, never printed to
+// the status table's stream.
+BOOST_AUTO_TEST_CASE(spec_24_a_killed_node_actor_is_published_again_and_stray_messages_are_logged) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  auto id = crypto::load_identity(crypto::default_identity_dir());
+  BOOST_REQUIRE_MESSAGE(id, (id ? std::string{} : render(id.error())));
+  caf::actor_system_config cfg;
+  configure(cfg);
+  cfg.load<caf::io::middleman>();
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_certificate = id->certificate;
+  cfg.openssl_key = id->key;
+  cfg.openssl_cafile = id->ca;
+  caf::actor_system sys{cfg};
+  auto node = caf::openssl::remote_actor<node_actor>(sys, "127.0.0.1", port_of(d.address));
+  BOOST_REQUIRE_MESSAGE(node, (node ? std::string{} : sys.render(node.error())));
+  caf::anon_send(caf::actor_cast<caf::actor>(*node), std::string{"\x1b[2Jstray"});
+  BOOST_CHECK(test::eventually([&] {
+    return d.log().find("dropped 1 unexpected message(s)") != std::string::npos;
+  }, 10s));
+  BOOST_CHECK_MESSAGE(d.log().find("stray") == std::string::npos, d.log());
+  caf::anon_send_exit(*node, caf::exit_reason::kill);
+  BOOST_REQUIRE_MESSAGE(test::eventually([&] {
+    return d.log().find("publishing a new one on port") != std::string::npos;
+  }, 10s), d.log());
+  BOOST_CHECK(test::eventually([&] { return d.shell({"-c", "ls links"}).ok(); }, 10s));
+  BOOST_CHECK(d.proc.alive());
+}

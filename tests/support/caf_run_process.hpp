@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +39,8 @@ struct daemon_run {
   std::string address;
 
   explicit daemon_run(const std::string& extra = "inspect = { port = 0 }");
+  /// The same, run through `prefix` (prlimit --nofile=..., ip netns exec).
+  daemon_run(const std::string& extra, std::vector<std::string> prefix);
   /// caf-run on a whole configuration text (its paths absolute).
   struct text {
     std::string ini;
@@ -55,6 +58,16 @@ struct daemon_run {
   /// caf-shell against the address, with `args`.
   testbed::run_result shell(std::vector<std::string> args);
 };
+
+/// A process's resident set (VmRSS), in KiB; 0 when it is gone.
+uint64_t rss_kib(pid_t pid);
+
+/// A plain TCP connection to 127.0.0.1:port (-1 when refused).
+int tcp_connect(int port);
+
+/// Raises this process's open-file limit to `n` (root may raise the hard
+/// limit too): a test that holds thousands of connections needs it.
+void raise_fd_limit(rlim_t n);
 
 /// Two distinct loopback ports that were free a moment ago.
 std::pair<int, int> free_ports();
@@ -87,6 +100,14 @@ inline std::string config_with(testbed::temp_dir& dir, const std::string& extra)
   text = std::regex_replace(text, std::regex("test-node = \"testnode.xml\""),
                             "test-node = \"" + std::string{EGRESS_SOURCE_DIR}
                               + "/config/testnode.xml\"");
+  // A key the extra lines set replaces default.ini's own (a key given twice
+  // is refused: runtime/config_text.hpp).
+  std::istringstream lines{extra};
+  for (std::string line; std::getline(lines, line);) {
+    auto eq = line.find(" = ");
+    if (eq != std::string::npos)
+      text = std::regex_replace(text, std::regex("\n" + line.substr(0, eq) + " = [^\n]*"), "");
+  }
   text = std::regex_replace(text, std::regex("\\[engine\\]\n"), "[engine]\n" + extra + "\n");
   // Polls only on request: a test can tell a reconcile from the schedule.
   text = std::regex_replace(text, std::regex("poll-interval = 1s"), "poll-interval = 1h");
@@ -97,6 +118,34 @@ inline std::string config_with(testbed::temp_dir& dir, const std::string& extra)
 
 inline daemon_run::daemon_run(const std::string& extra) {
   start(config_with(dir, extra));
+}
+
+inline daemon_run::daemon_run(const std::string& extra, std::vector<std::string> prefix) {
+  start(config_with(dir, extra), std::move(prefix));
+}
+
+inline uint64_t rss_kib(pid_t pid) {
+  auto text = testbed::read_file("/proc/" + std::to_string(pid) + "/status");
+  auto at = text.find("VmRSS:");
+  return at == std::string::npos ? 0 : std::stoull(text.substr(at + 6));
+}
+
+inline int tcp_connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0)
+    return fd;
+  if (fd >= 0)
+    ::close(fd);
+  return -1;
+}
+
+inline void raise_fd_limit(rlim_t n) {
+  rlimit r{n, n};
+  BOOST_REQUIRE_MESSAGE(::setrlimit(RLIMIT_NOFILE, &r) == 0, "setrlimit: needs root for more");
 }
 
 inline daemon_run::daemon_run(const text& t, std::vector<std::string> prefix) {

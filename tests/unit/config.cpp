@@ -60,13 +60,20 @@ struct fixture {
     return path.string();
   }
 
+  /// A private key file, as ssh-keygen writes one (mode 0600).
+  std::string write_key(const std::string& name) {
+    auto path = write(name, "key");
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+    return path;
+  }
+
   // Loads `ini` the way caf-run does: through CAF's own parser, naming the
   // file with --config-file.
   caf::expected<engine_config> load(const std::string& ini) {
     write("engine.ini", ini);
     caf::actor_system_config cfg;
-    auto err = cfg.parse(caf::actor_system_config::string_list{"--config-file=" + file});
-    BOOST_REQUIRE_MESSAGE(!err, caf::to_string(err));
+    auto err = parse_command_line(cfg, {"--config-file=" + file});
+    BOOST_REQUIRE_MESSAGE(!err, render(err));
     return load_engine_config(cfg);
   }
 
@@ -311,7 +318,7 @@ BOOST_AUTO_TEST_CASE(caf_option_with_the_wrong_type) {
 }
 
 BOOST_AUTO_TEST_CASE(ssh_host_resolves_files_and_defaults) {
-  write("keys/id_ed25519", "key");
+  write_key("keys/id_ed25519");
   write("keys/known_hosts", "[10.0.0.1]:22 ssh-ed25519 AAAA");
   auto cfg = load("[engine]\nentry = \"e1\"\n"
                   "hosts = [{name = \"hv1\", transport = \"ssh\", address = \"192.0.2.7\", "
@@ -348,7 +355,7 @@ BOOST_AUTO_TEST_CASE(ssh_host_without_its_required_keys) {
 }
 
 BOOST_AUTO_TEST_CASE(ssh_watchdog_needs_a_shorter_keepalive) {
-  write("k", "key");
+  write_key("k");
   auto host = [](const std::string& extra) {
     return std::string{"[engine]\nentry = \"e1\"\n"}
            + "hosts = [{name = \"hv1\", transport = \"ssh\", address = \"192.0.2.7\", "
@@ -682,6 +689,17 @@ BOOST_AUTO_TEST_CASE(proxy_seed_settings_are_checked) {
                              "(e.g. 10.0.0.0/8 or fd00::/64)"));
 }
 
+// docs/spec.md 24: a declared size may not pass the image's max-size.
+BOOST_AUTO_TEST_CASE(spec_24_an_image_larger_than_its_max_size_is_refused) {
+  auto text = problems(std::string{"[engine]\nentry = \"e1\"\n"
+                                   "hosts = [{name = \"hv1\", uri = \"test:///default\","
+                                   " pool = \"p\"}]\n"
+                                   "images = [{name = \"b\", url = \"http://m/b\", sha256 = \""}
+                       + digest + "\", size = 2048, max-size = 1024}]\n");
+  BOOST_CHECK_EQUAL(text, line("engine.images[0].size",
+                               "2048 bytes is more than max-size (1024)"));
+}
+
 BOOST_AUTO_TEST_CASE(kernel_boot_images_are_checked_by_role) {
   auto images = std::string{"images = [{name = \"k\", url = \"http://m/k\", format = \"kernel\","
                             " sha256 = \""} + digest + "\"},\n"
@@ -866,6 +884,36 @@ BOOST_AUTO_TEST_CASE(validate_requires_names_and_hosts) {
   auto err = validate(cfg);
   BOOST_CHECK_EQUAL(detail(err), "app.ini: " + detail(check_name("engine.entry", ""))
                                    + "\napp.ini: engine.hosts: at least one host is required");
+}
+
+// docs/spec.md 25: what was checked only at connect time is checked at
+// load: a key others may read (as the secret file already was), an SSH
+// address that is a name, a bridge directory that is not there.
+BOOST_AUTO_TEST_CASE(spec_25_keys_addresses_and_dirs_are_checked_at_load) {
+  write("loose", "key"); // 0644
+  write("keys/known_hosts", "");
+  auto ssh = [&](const std::string& extra, const std::string& key = "k",
+                 const std::string& address = "10.0.0.1") {
+    return "[engine]\nentry = \"e\"\nhosts = [{name = \"hv1\", uri = \"qemu:///system\", "
+           "transport = \"ssh\", address = \"" + address + "\", key-file = \"" + key
+           + "\", known-hosts = \"keys/known_hosts\"" + extra + "}]\n";
+  };
+  write_key("k");
+  auto ok = load(ssh(""));
+  BOOST_CHECK_MESSAGE(ok, (ok ? std::string{} : render(ok.error())));
+  auto loose = problems(ssh("", "loose"));
+  BOOST_CHECK_MESSAGE(loose.find("engine.hosts[0].key-file: \"" + (dir / "loose").string()
+                                 + "\" may be read by others than its owner: chmod 600 it")
+                        != std::string::npos, loose);
+  auto name = problems(ssh("", "k", "hv1.example.org"));
+  BOOST_CHECK_MESSAGE(name.find("engine.hosts[0].address: expected a numeric IP address")
+                        != std::string::npos, name);
+  auto bridge = problems(ssh(", bridge-dir = \"/nonexistent/bridges\""));
+  BOOST_CHECK_MESSAGE(bridge.find("engine.hosts[0].bridge-dir: no such directory") != std::string::npos,
+                      bridge);
+  auto relative = problems(ssh(", bridge-dir = \"bridges\""));
+  BOOST_CHECK_MESSAGE(relative.find("engine.hosts[0].bridge-dir: expected an absolute path")
+                        != std::string::npos, relative);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -100,3 +100,25 @@ BOOST_FIXTURE_TEST_CASE(spec_20_the_node_answers_tokens_not_senders, test::engin
              [&](caf::error& e) { BOOST_FAIL(render(e)); });
 }
 
+
+// docs/spec.md 24: the hello bounds every field it reads (a 200 MB nonce
+// cost 940 MB before anything was checked, and stayed as state).
+BOOST_FIXTURE_TEST_CASE(spec_24_the_hello_bounds_every_field, test::engine_fixture) {
+  auto cfg = test::test_config("bounds");
+  cfg.hosts.push_back(test::test_host("hv1"));
+  cfg.inspect_secret = "correct horse battery staple";
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  test::stop_on_exit guard{eng};
+  caf::scoped_actor self{*sys};
+  caf::error err;
+  self->request(eng->node(), 5s, atom::hello_v, std::string(1 << 20, 'n'))
+    .receive([](std::string&, std::string&) {}, [&](caf::error& e) { err = std::move(e); });
+  BOOST_CHECK(is(err, ec::access_denied));
+  BOOST_CHECK_MESSAGE(detail(err).find("at most 256") != std::string::npos, render(err));
+  err = caf::error{};
+  self->request(eng->node(), 5s, atom::hello_v, std::string(300, 'a'), std::string{"b"},
+                std::string{"c"})
+    .receive([](std::string&, std::string&) {}, [&](caf::error& e) { err = std::move(e); });
+  BOOST_CHECK(is(err, ec::access_denied));
+}
