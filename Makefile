@@ -7,7 +7,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build appliance run run-default test unit clean
+.PHONY: all deps build appliance run run-default test unit deb bench clean
 
 all: build
 
@@ -36,6 +36,15 @@ run-default: build
 
 test: build appliance
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
+
+# The Debian package from this build tree, into $(BUILD)/deb (debhelper).
+deb: build
+	@./scripts/make-deb $(BUILD)
+
+# Every benchmark into $(BUILD)/bench-report: tables, CSV, gnuplot plots and
+# an index.html (scripts/bench; root).
+bench: build appliance
+	@./scripts/bench $(BUILD)
 
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -L unit

@@ -129,7 +129,10 @@
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
+#include "figures.hpp"
+
 using namespace egress;
+using egress::test::figures;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -1181,6 +1184,7 @@ int main(int argc, char** argv) {
       return false;
     };
     std::vector<std::string> latencies(nr);
+    figures csv{"rtt_ms", "path", "seconds", "client_cpu_s", "server_cpu_s"};
     for (size_t ri = 0; ri < nr; ++ri) {
       auto& res = results[ri];
       auto med = [&](const std::string& label, auto field) {
@@ -1200,6 +1204,12 @@ int main(int argc, char** argv) {
         return median(xs);
       };
       double te = med("engine", secs);
+      for (auto& [label, fn] : steps) {
+        (void) fn;
+        csv.row({figures::cell(o.rtts[ri]), figures::cell(label),
+                 figures::cell(med(label, secs)), figures::cell(med(label, ccpu)),
+                 figures::cell(med(label, scpu))});
+      }
       std::printf("\n==== RTT %g ms: %d proxies, %d hosts, poll %d ms: median of %d run(s) ====\n",
                   o.rtts[ri], o.proxies, o.hosts, o.poll_ms, o.runs);
       std::printf("  %-18s %8s %10s %12s %12s %11s %10s %12s\n", "path", "seconds",

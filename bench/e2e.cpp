@@ -111,7 +111,10 @@
 #include "support/local_host.hpp"
 #include "support/testbed.hpp"
 
+#include "figures.hpp"
+
 using namespace egress;
+using egress::test::figures;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -562,6 +565,17 @@ private:
   std::string kernel_path_, initrd_path_, pool_dir_;
 };
 
+// One row per proxy of a run: when it started, had an address, forwarded and
+// (engine runs) entered the rotation, in seconds from the run's start.
+void record_run(figures& csv, int round, const run_result& r) {
+  for (size_t i = 0; i < r.proxies.size(); ++i) {
+    auto& p = r.proxies[i];
+    csv.row({std::to_string(round), figures::cell(r.label), std::to_string(i + 1),
+             figures::cell(p.started), figures::cell(p.address), figures::cell(p.forwarding),
+             figures::cell(p.rotation)});
+  }
+}
+
 void print_run(const run_result& r) {
   if (!r.ok) {
     std::printf("  %-6s FAILED: %s\n", r.label.c_str(), r.error.c_str());
@@ -696,6 +710,7 @@ int main(int argc, char** argv) {
                                        ecfg.poll_interval).count()));
 
     std::vector<double> eng_fwd, eng_rot, vir_fwd, diffs, steal_fwd, steal_cpu, share_cpu;
+    figures csv{"round", "run", "proxy", "started_s", "address_s", "forwarding_s", "rotation_s"};
     bool failed = false;
     for (int k = 0; k < o.rounds; ++k) {
       std::printf("\n[round %d/%d]\n", k + 1, o.rounds);
@@ -705,6 +720,7 @@ int main(int argc, char** argv) {
         std::printf("  engine run, load %s\n", load_average().c_str());
         er = b.engine_run("engine", names);
         print_run(er);
+        record_run(csv, k + 1, er);
         if (o.verbose)
           std::printf("%s\n", host.virsh({"dumpxml", names.front()}).output.c_str());
         b.clean(names);
@@ -714,6 +730,7 @@ int main(int argc, char** argv) {
         std::printf("  virsh run, load %s\n", load_average().c_str());
         vr = b.virsh_run("virsh", names, work.path());
         print_run(vr);
+        record_run(csv, k + 1, vr);
         if (o.verbose)
           std::printf("%s\n", host.virsh({"dumpxml", names.front()}).output.c_str());
         b.clean(names);
@@ -727,6 +744,7 @@ int main(int argc, char** argv) {
                     load_average().c_str());
         sr = bs.engine_run("engine/stealing", names);
         print_run(sr);
+        record_run(csv, k + 1, sr);
         bs.clean(names);
       };
       if (k % 2 == 0) {

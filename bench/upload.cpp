@@ -57,7 +57,10 @@
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
+#include "figures.hpp"
+
 using namespace egress;
+using egress::test::figures;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -594,6 +597,11 @@ int main(int argc, char** argv) {
       auto ra = median_rate(a, s.bytes), rb = median_rate(bo, s.bytes),
            rc = median_rate(c, s.bytes), rd = median_rate(d, s.bytes),
            rdv = median_rate(dv, s.bytes);
+      figures csv{"path", "mib_s", "cpu_s_per_gib"};
+      csv.row({"(a)_engine_ssh_link", figures::cell(ra), figures::cell(median_cpu(a, s.bytes))});
+      csv.row({"(b)_virsh_qemu+ssh", figures::cell(rb), figures::cell(median_cpu(bo, s.bytes))});
+      csv.row({"(c)_virsh_qemu+libssh2", figures::cell(rc), figures::cell(median_cpu(c, s.bytes))});
+      csv.row({"(d)_unix_socket_API", figures::cell(rd), figures::cell(median_cpu(d, s.bytes))});
       std::printf("\n==== results (median of %d; connect cost excluded) ====\n", runs);
       std::printf("                                  MiB/s   path CPU s/GiB\n");
       std::printf("  (a) engine ssh link           %7.1f   %6.2f\n", ra,

@@ -402,6 +402,13 @@ std::string default_domain_type(const std::string& uri) {
 }
 
 void check_config(problems& out, const engine_config& cfg) {
+  if (cfg.unedited) {
+    out.add("engine.unedited", "this is the packaged example configuration: declare your "
+                               "hosts, images and proxies (see egress-engine.ini(5) and "
+                               "/usr/share/egress-engine/hosts-example.ini), then remove this "
+                               "line");
+    return;
+  }
   check_probe(out, cfg.probe);
   check_nodes(out, cfg);
   check_inspect(out, cfg);

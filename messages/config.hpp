@@ -132,6 +132,9 @@ struct tls_files {
 
 struct engine_config {
   std::string config_file;  // the file it came from ("" when built in code)
+  /// The packaged example says so (engine.unedited): it is refused, with
+  /// what to do, until an operator has made it theirs.
+  bool unedited = false;
   std::string entry;        // provider entry: written into every mark
   caf::timespan poll_interval = std::chrono::seconds(2);
   uint32_t address_grace = 3; // polls a running proxy keeps its last address

@@ -89,6 +89,7 @@ const char* usage_text =
   "                                    (these three go to the node that owns the name)\n"
   "  reload                            this node re-reads its config file and applies\n"
   "                                    only the change (a bad file changes nothing)\n"
+  "  names [kind]                      the names only, one per line (for completion)\n"
   "  help, quit\n"
   "\n"
   "  -c COMMAND     run COMMAND and exit (repeatable); no REPL\n"
@@ -256,6 +257,22 @@ public:
       return true;
     if (w[0] == "help") {
       std::cout << usage_text;
+      return true;
+    }
+    if (w[0] == "names") {
+      // For shell completion (dist/bash-completion/caf-shell): one name per
+      // line, nothing else.
+      auto kind = kind_of(w.size() > 1 ? w[1] : "all");
+      if (!kind || w.size() > 2)
+        return fail("usage: names [links|images|proxies|health|calls|nodes]");
+      auto xs = ask_ls(*kind);
+      if (!xs)
+        return false;
+      std::set<std::string> names;
+      for (auto& e : *xs)
+        names.insert(e.name);
+      for (auto& n : names)
+        std::cout << n << "\n";
       return true;
     }
     if (w[0] == "ls") {

@@ -414,7 +414,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "address-grace", "shutdown-timeout", "redial-min",
                  "redial-max", "gc", "probe", "inspect", "metrics", "node", "peers", "hosts",
-                 "images", "proxies"}};
+                 "images", "proxies", "unedited"}};
+  r.read("unedited", cfg.unedited);
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
   r.read("address-grace", cfg.address_grace, range{0, 1000});

@@ -23,6 +23,7 @@
 #include <poll.h>
 #include <random>
 #include <sstream>
+#include <filesystem>
 #include <string>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -425,8 +426,9 @@ struct sshd_env {
         ::waitpid(pid, &st, 0);
       }
     }
+    std::error_code ignored;
     if (!dir.empty() && dir.rfind("/tmp/egress-sshd-", 0) == 0)
-      std::system(("rm -rf " + dir).c_str());
+      std::filesystem::remove_all(dir, ignored);
     setup_dir().clear();
   }
 
@@ -436,8 +438,9 @@ struct sshd_env {
   }
 
   static void remove_setup_dir() {
+    std::error_code ignored;
     if (!setup_dir().empty())
-      std::system(("rm -rf " + setup_dir()).c_str());
+      std::filesystem::remove_all(setup_dir(), ignored);
   }
 
   size_t log_size() const { return slurp(log).size(); }

@@ -203,3 +203,32 @@ BOOST_AUTO_TEST_CASE(reload_from_the_shell_applies_the_file_or_refuses_it_whole)
   BOOST_CHECK_MESSAGE(applied.find("+1") != std::string::npos, applied);
   BOOST_CHECK(test::eventually([&] { return proxies() == 4; }, 10s));
 }
+
+// `names KIND` prints one name per line, for dist/bash-completion/caf-shell,
+// which completes the names of the engine it finds on the command line.
+BOOST_AUTO_TEST_CASE(bash_completion_offers_the_attached_engines_names) {
+  daemon_run d;
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  auto names = d.shell({"-c", "names proxies"});
+  BOOST_REQUIRE_MESSAGE(names.ok(), names.output);
+  BOOST_CHECK_EQUAL(names.output, "egress-1\negress-2\negress-3\n");
+  auto bad = d.shell({"-c", "names widgets"});
+  BOOST_CHECK_EQUAL(bad.exit_code, 1);
+
+  std::string bin = EGRESS_CAF_SHELL;
+  bin.erase(bin.rfind('/'));
+  auto complete = [&](const std::string& words, int cword) {
+    auto script = "PATH=" + bin + ":$PATH; source " + std::string{EGRESS_SOURCE_DIR}
+                  + "/dist/bash-completion/caf-shell; COMP_WORDS=(" + words + "); COMP_CWORD="
+                  + std::to_string(cword) + "; _caf_shell; printf '%s\\n' \"${COMPREPLY[@]}\"";
+    auto r = testbed::run({"bash", "-c", script}, 20s);
+    BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
+    return r.output;
+  };
+  auto a = d.address;
+  BOOST_CHECK_EQUAL(complete("caf-shell " + a + " -c show proxy egress-", 5),
+                    "egress-1\negress-2\negress-3\n");
+  BOOST_CHECK_EQUAL(complete("caf-shell " + a + " -c kill-link ''", 4), "local\n");
+  BOOST_CHECK_EQUAL(complete("caf-shell " + a + " -c rel", 3), "reload\n");
+  BOOST_CHECK_EQUAL(complete("caf-shell " + a + " --js", 2), "--json\n");
+}

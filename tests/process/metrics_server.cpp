@@ -4,16 +4,23 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <fstream>
 #include <map>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <caf/scoped_actor.hpp>
 
+#include "providers/mirror/sha256.hpp"
 #include "support/caf_run_process.hpp"
 #include "support/engine_fixture.hpp"
+#include "support/http_server.hpp"
 #include "support/testbed.hpp"
 
 using namespace egress;
@@ -175,4 +182,86 @@ BOOST_AUTO_TEST_CASE(spec_24_every_request_is_answered_or_closed) {
   BOOST_CHECK_EQUAL(answer.find("HTTP/1.1", 8), std::string::npos); // one answer, closed
   BOOST_CHECK(send_and_read(m.port, "GET /metrics HTTP/1.1\r\nX: " + std::string(9000, 'a'))
                 .starts_with("HTTP/1.1 431"));
+}
+
+// dist/grafana/egress-engine.json asks only for families and labels a
+// running engine exports: scraped from caf-run on the test driver with an
+// image declared (served by a local mirror) and a link death recorded, so
+// every family the dashboard draws has samples.
+BOOST_AUTO_TEST_CASE(the_grafana_dashboard_asks_only_for_what_the_engine_exports) {
+  std::string image(1 << 20, 'x');
+  test::http_server server{image};
+  server.start();
+  daemon_run d{daemon_run::text{
+    "[engine]\nentry = \"dash\"\npoll-interval = 1s\nprobe = { mode = \"off\" }\n"
+    "inspect = { port = 0 }\nmetrics = { port = 0 }\n"
+    "hosts = [ { name = \"local\", test-node = \"" + std::string{EGRESS_SOURCE_DIR}
+    + "/config/testnode.xml\", pool = \"default\", network = \"default\" } ]\n"
+    "images = [ { name = \"base\", url = \"" + server.url() + "\", sha256 = \""
+    + mirror::sha256_hex(image) + "\", format = \"raw\" } ]\n"
+    "proxies = [ { name = \"px-1\", host = \"local\" },"
+    " { name = \"px-2\", host = \"local\", image = \"base\" } ]\n"}};
+  BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
+  BOOST_REQUIRE(test::eventually([&] { return d.metrics_port() != 0; }, 10s));
+  BOOST_REQUIRE(d.shell({"-c", "kill-link local"}).ok());
+  std::map<std::string, std::set<std::string>> exported; // family -> labels
+  BOOST_REQUIRE_MESSAGE(test::eventually([&] {
+    auto [code, body] = http_get(d.metrics_port(), "/metrics");
+    if (code != 200)
+      return false;
+    exported.clear();
+    static const std::regex sample(R"(^([a-z_]+)(\{([^}]*)\})? )");
+    static const std::regex label(R"(([a-z_]+)=")");
+    std::istringstream in{body};
+    for (std::string line; std::getline(in, line);) {
+      std::smatch sm;
+      if (line.starts_with("#") || !std::regex_search(line, sm, sample))
+        continue;
+      auto& labels = exported[sm[1].str()];
+      auto text = sm[3].str();
+      for (std::sregex_iterator i{text.begin(), text.end(), label}, e; i != e; ++i)
+        labels.insert((*i)[1].str());
+    }
+    return exported.contains("egress_link_deaths_total")
+           && exported.contains("egress_image_state");
+  }, 20s), d.log());
+  std::ifstream file{std::string{EGRESS_SOURCE_DIR} + "/dist/grafana/egress-engine.json"};
+  auto dash = nlohmann::json::parse(file);
+  static const std::regex family(R"(egress_[a-z_]+)");
+  static const std::regex by(R"(by \(([a-z_, ]+)\))");
+  static const std::regex legend(R"(\{\{([a-z_]+)\}\})");
+  static const std::regex matchers(R"(egress_[a-z_]+\{([^}]*)\})");
+  static const std::regex matcher(R"(([a-z_]+)\s*(=|!=|=~|!~)\s*")");
+  size_t queries = 0;
+  for (auto& panel : dash["panels"])
+    for (auto& target : panel["targets"]) {
+      auto expr = target["expr"].get<std::string>();
+      auto legend_text = target.value("legendFormat", std::string{});
+      ++queries;
+      std::set<std::string> names;
+      for (std::sregex_iterator i{expr.begin(), expr.end(), family}, e; i != e; ++i)
+        names.insert(i->str());
+      BOOST_CHECK_MESSAGE(!names.empty(), "no egress family in " << expr);
+      std::set<std::string> labels;
+      for (std::sregex_iterator i{expr.begin(), expr.end(), by}, e; i != e; ++i) {
+        std::istringstream list{(*i)[1].str()};
+        for (std::string l; std::getline(list, l, ',');)
+          labels.insert(l.substr(l.find_first_not_of(' ')));
+      }
+      for (std::sregex_iterator i{legend_text.begin(), legend_text.end(), legend}, e; i != e; ++i)
+        labels.insert((*i)[1].str());
+      for (std::sregex_iterator i{expr.begin(), expr.end(), matchers}, e; i != e; ++i) {
+        auto inside = (*i)[1].str();
+        for (std::sregex_iterator j{inside.begin(), inside.end(), matcher}, f; j != f; ++j)
+          labels.insert((*j)[1].str());
+      }
+      for (auto& n : names) {
+        BOOST_CHECK_MESSAGE(exported.contains(n), panel["title"] << ": " << n
+                                                    << " is not exported");
+        for (auto& l : labels)
+          BOOST_CHECK_MESSAGE(exported[n].contains(l) || (l == "le" && n.ends_with("_bucket")),
+                              panel["title"] << ": " << n << " has no label " << l);
+      }
+    }
+  BOOST_CHECK_GE(queries, 13u);
 }
