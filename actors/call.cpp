@@ -7,6 +7,14 @@
 
 namespace egress {
 
+caf::expected<std::any> run_blocking(const blocking_work& work) {
+  try {
+    return work.fn();
+  } catch (const std::exception& e) {
+    return make_error(ec::libvirt_permanent, work.what + ": " + e.what());
+  }
+}
+
 call_actor::behavior_type make_call(call_actor::stateful_pointer<call_state> self,
                                     std::string host, blocking_work work) {
   self->state.name = "call/" + host + "/" + work.what;
@@ -17,12 +25,7 @@ call_actor::behavior_type make_call(call_actor::stateful_pointer<call_state> sel
       // One job, one answer: the actor quits after it, so a caller that gave
       // up never leaves a worker behind beyond the blocking call itself.
       auto rp = self->make_response_promise<call_result>();
-      caf::expected<std::any> out = make_error(ec::libvirt_permanent, "no result");
-      try {
-        out = work.fn();
-      } catch (const std::exception& e) {
-        out = make_error(ec::libvirt_permanent, work.what + ": " + e.what());
-      }
+      auto out = run_blocking(work);
       if (out)
         rp.deliver(call_result{std::move(*out)});
       else

@@ -17,6 +17,10 @@
 
 namespace egress {
 
+/// Runs `work` on the calling thread: its result, or an error naming the
+/// work when it threw.
+caf::expected<std::any> run_blocking(const blocking_work& work);
+
 struct call_state {
   std::string name = "call";
   std::string what;

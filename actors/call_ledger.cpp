@@ -18,6 +18,11 @@ void call_ledger::started(const caf::actor_addr& addr, uint64_t id, std::string 
   calls_.emplace(addr, std::move(r));
 }
 
+void call_ledger::finished(const caf::actor_addr& addr) {
+  if (auto i = calls_.find(addr); i != calls_.end() && !i->second.abandoned)
+    calls_.erase(i);
+}
+
 void call_ledger::mark_abandoned(record& r, const std::string& reason) {
   if (r.ended || r.abandoned)
     return;

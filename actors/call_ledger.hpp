@@ -6,7 +6,8 @@
 // The owner (a host link or an image) keeps the ledger in its state and
 // monitors each call it spawns: the down message is the one reliable sign
 // that the blocking function returned, because an abandoned call answers no
-// one. An abandoned call is the case an operator needs to see (a blocked
+// one. A link's pooled workers outlive their calls: a call they answered is
+// finished(), and only an abandoned one waits for the worker's down message. An abandoned call is the case an operator needs to see (a blocked
 // libvirt call that the kill has not freed yet), so it stays listed until
 // its thread ends and a while after that; a call that ended normally is
 // dropped at once.
@@ -61,6 +62,10 @@ public:
   }
 
   void started(const caf::actor_addr& addr, uint64_t id, std::string host, std::string what);
+
+  /// A pool worker answered its call (it stays alive for the next one): the
+  /// call is no longer listed, unless it had been abandoned.
+  void finished(const caf::actor_addr& addr);
 
   /// The owner stopped waiting for this call (budget, kill, death).
   void abandon(const caf::actor_addr& addr, const std::string& reason);

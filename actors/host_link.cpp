@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "actors/call.hpp"
+#include "actors/call_worker.hpp"
 #include "base/log.hpp"
 #include "base/time_text.hpp"
 #include "messages/error.hpp"
@@ -51,30 +52,63 @@ void note_cause(host_link_pointer self, const std::string& cause) {
   publish(self);
 }
 
+// The pool's next worker: an idle one, else a new one (pump admits at most
+// max_calls calls, so the pool never holds more busy or idle workers).
+call_worker_actor take_worker(host_link_pointer self) {
+  auto& st = self->state;
+  if (!st.idle_workers.empty()) {
+    auto w = std::move(st.idle_workers.back());
+    st.idle_workers.pop_back();
+    return w;
+  }
+  auto w = spawn_call_worker(self->system(), st.opts.host);
+  self->monitor(w);
+  st.workers->emplace(w.address(), w);
+  ++st.workers_started;
+  return w;
+}
+
+// A worker whose call was abandoned is never used again: the exit waits in
+// its mailbox behind the blocked call, and it quits once that returns.
+void retire_worker(host_link_pointer self, const call_worker_actor& w) {
+  self->send_exit(w, caf::exit_reason::user_shutdown);
+}
+
+// A worker that answered takes the next call.
+void return_worker(host_link_pointer self, const call_worker_actor& w) {
+  auto& st = self->state;
+  st.calls.finished(w.address());
+  if (st.workers->count(w.address()) > 0)
+    st.idle_workers.push_back(w);
+}
+
 void run_call(host_link_pointer self, host_link_state::pending p) {
   auto& st = self->state;
   auto id = p.id;
   auto what = p.job.what;
   auto budget = p.job.budget.count() > 0 ? p.job.budget : st.opts.call_budget;
-  st.in_flight.emplace(id, std::move(p.rp));
+  auto worker = take_worker(self);
+  st.in_flight.emplace(id, host_link_state::running{std::move(p.rp), worker});
   // The job runs with the connection of this generation; if the link dies,
   // the kill makes the job's blocked libvirt call return.
   blocking_work work{what, [conn = st.conn, fn = std::move(p.job.fn)]() {
                        return fn(*conn);
                      }};
-  auto h = st.calls.spawn(self, st.opts.host, std::move(work));
+  st.calls.started(worker.address(), worker.id(), st.opts.host, what);
   auto gen = st.generation;
-  self->request(h, budget, atom::run_v)
+  self->request(worker, budget, atom::run_v, std::move(work))
     .then(
-      [self, id](call_result& r) {
-        auto i = self->state.in_flight.find(id);
-        if (i == self->state.in_flight.end())
-          return; // abandoned: the link died while the call ran
-        i->second.deliver(std::move(r));
-        self->state.in_flight.erase(i);
+      [self, id, worker](call_result& r) {
+        auto& st = self->state;
+        auto i = st.in_flight.find(id);
+        if (i == st.in_flight.end())
+          return; // abandoned: the link died while the call ran (worker retired)
+        return_worker(self, worker);
+        i->second.rp.deliver(std::move(r));
+        st.in_flight.erase(i);
         pump(self);
       },
-      [self, id, gen, what, budget, addr = h.address()](caf::error& err) {
+      [self, id, gen, what, budget, worker](caf::error& err) {
         auto& st = self->state;
         auto i = st.in_flight.find(id);
         if (i == st.in_flight.end()) {
@@ -85,20 +119,28 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
             note_cause(self, render(err));
           return;
         }
-        auto rp = std::move(i->second);
+        auto rp = std::move(i->second.rp);
         st.in_flight.erase(i);
         if (err == caf::sec::request_timeout) {
           // Invariant 3: past its budget the caller gets transient now, and
-          // the link dies, whose kill unblocks the call still running.
+          // the link dies, whose kill unblocks the call still running. The
+          // worker is abandoned with its call; the next call gets a new one.
           auto text = st.opts.host + ": " + what + " ran past its "
                       + duration_text(budget) + " budget";
           ++st.overruns;
-          st.calls.abandon(addr, "ran past its " + duration_text(budget) + " budget");
+          st.calls.abandon(worker.address(), "ran past its " + duration_text(budget) + " budget");
+          retire_worker(self, worker);
           rp.deliver(make_error(ec::budget_exceeded, text));
           mark_dead(self, "budget overrun: " + what + " after "
                             + duration_text(budget));
           return;
         }
+        // The job's own error: the worker answered and is free again (unless
+        // it is the worker that is gone).
+        if (err == caf::sec::request_receiver_down)
+          st.calls.finished(worker.address());
+        else
+          return_worker(self, worker);
         rp.deliver(err);
         if (kills_link(err) && gen == st.generation)
           mark_dead(self, render(err));
@@ -274,8 +316,10 @@ void mark_dead(host_link_pointer self, std::string reason) {
   for (auto& sub : st.subscribers)
     self->send(sub, link_down{st.opts.host, reason});
   auto failure = make_error(ec::link_down, st.opts.host + ": " + reason);
-  for (auto& [id, rp] : st.in_flight)
-    rp.deliver(failure);
+  for (auto& [id, call] : st.in_flight) {
+    call.rp.deliver(failure);
+    retire_worker(self, call.worker);
+  }
   st.in_flight.clear();
   for (auto& p : st.queued)
     p.rp.deliver(failure);
@@ -308,7 +352,18 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
   self->state.opts = std::move(opts);
   self->state.name = "host_link/" + self->state.opts.host;
   self->state.calls.set_owner("link " + self->state.opts.host);
+  // Every worker of the pool quits with the link, however the link ends: an
+  // idle worker left behind would hold the actor system's shutdown, which
+  // waits for every detached thread.
+  self->attach_functor([workers = self->state.workers] {
+    for (auto& [addr, w] : *workers)
+      caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+  });
   self->set_down_handler([self](const caf::down_msg& msg) {
+    auto& st = self->state;
+    if (st.workers->erase(msg.source) > 0)
+      std::erase_if(st.idle_workers,
+                    [&](const call_worker_actor& w) { return w.address() == msg.source; });
     auto& calls = self->state.calls;
     auto abandoned = calls.abandoned_running();
     if (calls.ended(msg)) {
@@ -341,6 +396,16 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
           rp.deliver(make_error(ec::link_down, st.opts.host + ": link is dead ("
                                                  + st.reason + "); next dial in "
                                                  + elapsed_text(wait)));
+          return rp;
+        }
+        // Calls its kills did not free: a redial would give the next ones
+        // the same fate, so the link stays dead until enough of them end.
+        if (auto n = st.calls.abandoned_running(); n >= st.abandoned_cap()) {
+          rp.deliver(make_error(ec::link_down,
+                                st.opts.host + ": link is dead (" + st.reason + "); "
+                                  + std::to_string(n) + " abandoned calls still running (cap "
+                                  + std::to_string(st.abandoned_cap())
+                                  + "): no redial until they end"));
           return rp;
         }
         start_dial(self);

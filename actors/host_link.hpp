@@ -2,7 +2,9 @@
 // One actor per host: dialing -> up -> dead(reason) -> (next call) dialing.
 //
 // It owns the host's transport and its pooled libvirt connection, admits
-// calls under a per-host limit, gives each call a budget and, on any death
+// calls under a per-host limit, runs them on a pool of at most that many
+// long-lived workers (actors/call_worker), gives each call a budget and, on
+// any death
 // cause, marks itself dead exactly once: record the reason, broadcast
 // link_down, fail every pending caller with transient, and only then kill the
 // transport (invariant 2). Nothing here is shared with another host's link
@@ -36,6 +38,10 @@ struct host_link_options {
   // defaults (1 s, 3) a silent peer releases its callers in about 4 s.
   int keepalive_interval_s = 1;
   unsigned keepalive_count = 3;
+  // Abandoned calls still running (workers a kill did not free) past which
+  // the link stays dead instead of redialing: each redial could abandon more.
+  // 0: twice max_calls.
+  uint32_t abandoned_cap = 0;
   transport_factory make_transport;
   status_sink_actor sink; // receives link_status on every change (optional)
 };
@@ -49,6 +55,12 @@ struct host_link_state {
     caf::typed_response_promise<call_result> rp;
   };
 
+  // A call on one of the pool's workers.
+  struct running {
+    caf::typed_response_promise<call_result> rp;
+    call_worker_actor worker;
+  };
+
   std::string name = "host_link";
   host_link_options opts;
   link_state state = link_state::dialing;
@@ -59,7 +71,14 @@ struct host_link_state {
   uint64_t generation = 0;
   uint64_t next_id = 0;
   std::deque<pending> queued;
-  std::map<uint64_t, caf::typed_response_promise<call_result>> in_flight;
+  std::map<uint64_t, running> in_flight;
+  // The call pool: idle workers wait here; a busy one is in in_flight; an
+  // abandoned one is in neither and quits once its call returns. `workers`
+  // holds them all until they quit (the link's end sends each an exit).
+  std::vector<call_worker_actor> idle_workers;
+  std::shared_ptr<std::map<caf::actor_addr, call_worker_actor>> workers
+    = std::make_shared<std::map<caf::actor_addr, call_worker_actor>>();
+  uint64_t workers_started = 0;
   uint32_t failures = 0; // consecutive failed dials, for the backoff
   clock::time_point next_dial_at{};
   uint64_t dials = 0;
@@ -72,6 +91,9 @@ struct host_link_state {
   std::minstd_rand rng{std::random_device{}()};
 
   link_status snapshot() const;
+  uint32_t abandoned_cap() const {
+    return opts.abandoned_cap > 0 ? opts.abandoned_cap : 2 * opts.max_calls;
+  }
 };
 
 using host_link_pointer = host_link_actor::stateful_pointer<host_link_state>;

@@ -37,7 +37,8 @@ struct call_result {
   std::any value;
 };
 
-/// A blocking function for a detached call actor: runs once, answers once.
+/// A blocking function for a detached call actor (runs once, answers once)
+/// or for a worker of a link's call pool.
 struct blocking_work {
   std::string what;
   std::function<caf::expected<std::any>()> fn;
@@ -102,6 +103,12 @@ using kill_interface
 /// abandons it on timeout; the link's kill is what unblocks the work.
 using call_actor = caf::typed_actor<
   caf::replies_to<atom::run>::with<call_result>>;
+
+/// A long-lived detached worker of a host link's call pool: runs one
+/// blocking_work per request, in order, and waits for the next. A worker
+/// its link abandoned gets an exit and quits once its work returns.
+using call_worker_actor = caf::typed_actor<
+  caf::replies_to<atom::run, blocking_work>::with<call_result>>;
 
 /// One per host: owns the transport and the pooled libvirt connection. Its
 /// calls are jobs, dials, the pump and kills. A kill marks the link dead with

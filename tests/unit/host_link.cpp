@@ -5,8 +5,14 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
+
+#include <dlfcn.h>
+#include <pthread.h>
 
 #include <caf/event_based_actor.hpp>
 
@@ -18,6 +24,19 @@
 
 using namespace egress;
 using namespace std::chrono_literals;
+
+// Every thread this test binary starts (a link's workers and dials, CAF's
+// own), counted by interposing pthread_create: the executable's definition
+// comes before libc's for every caller in the process.
+std::atomic<int> threads_created{0};
+
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                              void* (*start)(void*), void* arg) {
+  using real_fn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static auto real = reinterpret_cast<real_fn>(::dlsym(RTLD_NEXT, "pthread_create"));
+  threads_created.fetch_add(1);
+  return real(thread, attr, start, arg);
+}
 
 namespace {
 
@@ -213,6 +232,115 @@ BOOST_AUTO_TEST_CASE(dead_link_redials_on_next_call_after_backoff) {
   BOOST_CHECK_MESSAGE(!out->err, render(out->err));
   BOOST_CHECK(link_of(link).state == link_state::up);
   BOOST_CHECK_EQUAL(link_of(link).dials, 2u);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+// 100 calls, 5 at a time, on a link with a limit of 3: they run on at most
+// 3 threads, made once, not one thread per call.
+BOOST_AUTO_TEST_CASE(spec_26_calls_run_on_a_pool_of_workers_not_a_thread_each) {
+  auto link = spawn_link(30s, 3);
+  auto mutex = std::make_shared<std::mutex>();
+  auto ids = std::make_shared<std::set<std::thread::id>>();
+  auto before = threads_created.load();
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::shared_ptr<outcome>> outs;
+    for (int i = 0; i < 5; ++i)
+      outs.push_back(request_call(link, call_job{"whoami", [=](lv::connection&) -> caf::expected<std::any> {
+                                                   std::lock_guard<std::mutex> guard{*mutex};
+                                                   ids->insert(std::this_thread::get_id());
+                                                   return std::any{};
+                                                 }}));
+    BOOST_REQUIRE(run_until([&] {
+      return std::all_of(outs.begin(), outs.end(), [](auto& o) { return o->done; });
+    }));
+    for (auto& o : outs)
+      BOOST_CHECK_MESSAGE(!o->err, render(o->err));
+  }
+  BOOST_CHECK_LE(threads_created.load() - before, 3);
+  BOOST_CHECK_LE(ids->size(), 3u);
+  BOOST_CHECK_LE(link_of(link).workers_started, 3u);
+  BOOST_CHECK(link_of(link).calls.rows().empty()); // answered calls are not listed
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// A job wedged in something the link's kill cannot free, until released.
+call_job wedged_job(std::shared_ptr<std::atomic<bool>> release) {
+  call_job job;
+  job.what = "wedged-call";
+  job.fn = [release](lv::connection&) -> caf::expected<std::any> {
+    for (int i = 0; i < 3000 && !release->load(); ++i)
+      std::this_thread::sleep_for(10ms);
+    return std::any{};
+  };
+  return job;
+}
+
+call_job thread_id_job(std::shared_ptr<std::thread::id> out) {
+  return call_job{"whoami", [out](lv::connection&) -> caf::expected<std::any> {
+                    *out = std::this_thread::get_id();
+                    return std::any{};
+                  }};
+}
+
+} // namespace
+
+// A worker stuck past its budget is abandoned (listed, still running) and
+// replaced: after the redial the next call runs on another worker.
+BOOST_AUTO_TEST_CASE(spec_26_a_worker_past_its_budget_is_replaced) {
+  auto link = spawn_link(1s, 1);
+  auto first = std::make_shared<std::thread::id>();
+  auto out = request_call(link, thread_id_job(first));
+  BOOST_REQUIRE(run_until([&] { return out->done; }));
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto wedged = request_call(link, wedged_job(release));
+  BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+  sched.advance_time(1s);
+  BOOST_REQUIRE(run_until([&] { return wedged->done; }));
+  BOOST_CHECK(wedged->err == ec::budget_exceeded);
+  BOOST_CHECK_EQUAL(link_of(link).calls.abandoned_running(), 1u);
+  link_of(link).next_dial_at = {};
+  auto second = std::make_shared<std::thread::id>();
+  auto next = request_call(link, thread_id_job(second));
+  BOOST_REQUIRE(run_until([&] { return next->done; }));
+  BOOST_CHECK_MESSAGE(!next->err, render(next->err));
+  BOOST_CHECK(*second != *first); // the first worker is still stuck
+  BOOST_CHECK_EQUAL(link_of(link).workers_started, 2u); // the stuck one was replaced
+  BOOST_CHECK_EQUAL(link_of(link).calls.abandoned_running(), 1u);
+  release->store(true);
+  BOOST_CHECK(run_until([&] { return link_of(link).calls.abandoned_running() == 0; }));
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+// Past twice its limit of abandoned calls still running, the link stays dead
+// rather than redial and abandon more; once they end, it serves again.
+BOOST_AUTO_TEST_CASE(spec_26_too_many_abandoned_calls_keep_the_link_dead) {
+  auto link = spawn_link(1s, 1); // cap 2
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  for (int i = 0; i < 2; ++i) {
+    link_of(link).next_dial_at = {};
+    auto wedged = request_call(link, wedged_job(release));
+    BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+    sched.advance_time(1s);
+    BOOST_REQUIRE(run_until([&] { return wedged->done; }));
+    BOOST_CHECK(wedged->err == ec::budget_exceeded);
+  }
+  BOOST_CHECK_EQUAL(link_of(link).calls.abandoned_running(), 2u);
+  auto dials = link_of(link).dials;
+  link_of(link).next_dial_at = {};
+  auto refused = request_call(link, thread_id_job(std::make_shared<std::thread::id>()));
+  BOOST_REQUIRE(run_until([&] { return refused->done; }));
+  BOOST_CHECK(refused->err == ec::link_down);
+  BOOST_CHECK_MESSAGE(render(refused->err).find("2 abandoned calls still running (cap 2)")
+                        != std::string::npos,
+                      render(refused->err));
+  BOOST_CHECK_EQUAL(link_of(link).dials, dials); // no redial
+  release->store(true);
+  BOOST_REQUIRE(run_until([&] { return link_of(link).calls.abandoned_running() == 0; }));
+  auto served = request_call(link, thread_id_job(std::make_shared<std::thread::id>()));
+  BOOST_REQUIRE(run_until([&] { return served->done; }));
+  BOOST_CHECK_MESSAGE(!served->err, render(served->err));
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 
