@@ -62,11 +62,13 @@ public:
   void family(const char* name, const char* type, const char* help) {
     out_ += std::string{"# HELP "} + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   }
+  // Appended piece by piece (cheaper, and GCC 12 at -O3 warns falsely,
+  // -Wrestrict, on `" " + number(v)`).
   void sample(const std::string& name, const std::string& labels, double v) {
     out_ += name;
     if (!labels.empty())
-      out_ += "{" + labels + "}";
-    out_ += " " + number(v) + "\n";
+      out_.append("{").append(labels).append("}");
+    out_.append(" ").append(number(v)).append("\n");
   }
   void histogram_of(const char* name, const histogram& h) {
     for (size_t i = 0; i < h.bounds.size(); ++i)
