@@ -2,7 +2,7 @@
 // The typed side of a host-link call: wraps a provider function as a call_job,
 // sends it to the link, and hands the typed result (or the error) back to the
 // requesting actor's continuation. Always with an error handler: a .then
-// without one kills the requester when its timeout fires (docs/notes/caf.md#request-without-an-error-handler).
+// without one kills the requester when its timeout fires (docs/notes/caf-0.17.md#request-without-an-error-handler).
 
 #include <any>
 #include <string>

@@ -71,7 +71,7 @@ const char* usage_text =
 
 // Ends the process hard if a stop takes longer than its bound. A detached
 // actor blocked in a call that no kill can reach would otherwise hold the
-// actor system's destructor forever (docs/notes/caf.md#detached-actors-are-joined-at-shutdown).
+// actor system's destructor forever (docs/notes/caf-0.17.md#detached-actors-are-joined-at-shutdown).
 class stop_watchdog {
 public:
   explicit stop_watchdog(caf::timespan bound) {

@@ -1,7 +1,7 @@
 #pragma once
 // Reading the engine's configuration from a CAF INI file: the [engine]
 // section into an engine_config (messages/config.hpp), strictly. CAF alone
-// accepts typos and wrongly typed values silently (docs/notes/caf.md), so
+// accepts typos and wrongly typed values silently (docs/notes/caf-0.17.md), so
 // load_engine_config walks the whole settings tree and refuses anything it
 // does not know, naming the file and the key, then runs validate()'s checks.
 

@@ -6,7 +6,7 @@
 // session whose SSL_read merely has no data yet sees the stale error, takes
 // it for its own and is closed: a shell that quits without a TLS goodbye, or
 // any local process that fails a handshake on the inspector's port, cut the
-// other nodes' links and the other shells (docs/notes/caf.md#openssl-error-queue).
+// other nodes' links and the other shells (docs/notes/caf-0.17.md#openssl-error-queue).
 // OpenSSL's own rule is to clear the queue before each of these calls; the
 // dynamic linker resolves CAF's calls to these functions first, which do
 // exactly that and then call OpenSSL's.

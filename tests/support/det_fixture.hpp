@@ -2,7 +2,7 @@
 // A deterministic actor-system fixture for Boost.Test.
 //
 // CAF's own test DSL (caf/test/dsl.hpp) crashes under Boost.Test: its macros
-// reach for CAF's test runner, which does not exist here (docs/notes/caf.md#deterministic-tests-under-boost). This
+// reach for CAF's test runner, which does not exist here (docs/notes/caf-0.17.md#deterministic-tests-under-boost). This
 // fixture drives scheduler::test_coordinator directly: scheduled actors run
 // only when the test says so, on the test's thread, and request timeouts fire
 // when the test advances the virtual clock. Detached actors (the engine's

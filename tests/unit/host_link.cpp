@@ -72,6 +72,18 @@ struct fixture : test::det_fixture {
     return job;
   }
 
+  // A job wedged in something the link's kill cannot free, until released.
+  static call_job wedged_job(std::shared_ptr<std::atomic<bool>> release) {
+    call_job job;
+    job.what = "wedged-call";
+    job.fn = [release](lv::connection&) -> caf::expected<std::any> {
+      for (int i = 0; i < 3000 && !release->load(); ++i)
+        std::this_thread::sleep_for(10ms);
+      return std::any{};
+    };
+    return job;
+  }
+
   struct outcome {
     bool done = false;
     caf::error err;
@@ -132,14 +144,7 @@ BOOST_AUTO_TEST_CASE(spec_03_budget_overrun_fails_caller_transient_and_kills_lin
 BOOST_AUTO_TEST_CASE(spec_21_an_abandoned_call_stays_listed_until_its_thread_ends) {
   auto link = spawn_link(1s);
   auto release = std::make_shared<std::atomic<bool>>(false);
-  call_job job;
-  job.what = "wedged-call";
-  job.fn = [release](lv::connection&) -> caf::expected<std::any> {
-    for (int i = 0; i < 3000 && !release->load(); ++i)
-      std::this_thread::sleep_for(10ms);
-    return std::any{};
-  };
-  auto out = request_call(link, job);
+  auto out = request_call(link, wedged_job(release));
   BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
   auto calls = [&] { return link_of(link).calls.rows(); };
   auto find = [&](const std::vector<actor_row>& xs, const std::string& what) {
@@ -264,18 +269,6 @@ BOOST_AUTO_TEST_CASE(spec_26_calls_run_on_a_pool_of_workers_not_a_thread_each) {
 }
 
 namespace {
-
-// A job wedged in something the link's kill cannot free, until released.
-call_job wedged_job(std::shared_ptr<std::atomic<bool>> release) {
-  call_job job;
-  job.what = "wedged-call";
-  job.fn = [release](lv::connection&) -> caf::expected<std::any> {
-    for (int i = 0; i < 3000 && !release->load(); ++i)
-      std::this_thread::sleep_for(10ms);
-    return std::any{};
-  };
-  return job;
-}
 
 call_job thread_id_job(std::shared_ptr<std::thread::id> out) {
   return call_job{"whoami", [out](lv::connection&) -> caf::expected<std::any> {
