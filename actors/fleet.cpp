@@ -41,6 +41,7 @@ std::string names(const std::vector<std::string>& xs) {
 config_diff diff(const engine_config& from, const engine_config& to) {
   config_diff d;
   d.engine_changed = from.poll_interval != to.poll_interval
+                     || from.bulk_read_interval != to.bulk_read_interval
                      || from.address_grace != to.address_grace
                      || from.redial_min != to.redial_min || from.redial_max != to.redial_max;
   d.probe_changed = !(from.probe == to.probe);
@@ -119,6 +120,7 @@ void spawn_link(fleet_pointer self, const host_config& h) {
   o.connect_timeout = h.connect_timeout;
   o.redial_min = st.cfg.redial_min;
   o.redial_max = st.cfg.redial_max;
+  o.bulk_read_interval = st.cfg.bulk_read_interval;
   o.keepalive_interval_s = static_cast<int>(
     std::chrono::duration_cast<std::chrono::seconds>(h.keepalive_interval).count());
   o.keepalive_count = h.keepalive_count;

@@ -40,7 +40,8 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
       e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
                          kv("limit", s.limit), kv("dials", s.dials), kv("deaths", s.deaths),
                          kv("budget overruns", s.overruns),
-                         kv("abandoned calls running", s.abandoned_calls)};
+                         kv("abandoned calls running", s.abandoned_calls),
+                         kv("domain events", s.events), kv("bulk reads", s.bulk_reads)};
     }
     out.push_back(std::move(e));
   }

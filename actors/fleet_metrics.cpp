@@ -123,6 +123,12 @@ std::string fleet_view::metrics() const {
     {"egress_link_budget_overruns_total", "counter",
      "Calls that ran past their budget (the link's current incarnation).",
      [](const link_status& s) { return double(s.overruns); }},
+    {"egress_link_domain_events_total", "counter",
+     "libvirt domain events the link received (its current incarnation).",
+     [](const link_status& s) { return double(s.events); }},
+    {"egress_link_bulk_reads_total", "counter",
+     "Bulk reads of every domain's state: after each dial and as the safety net.",
+     [](const link_status& s) { return double(s.bulk_reads); }},
   };
   for (auto& f : link_families) {
     x.family(f.name, f.type, f.help);

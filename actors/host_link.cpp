@@ -4,6 +4,7 @@
 
 #include "actors/call.hpp"
 #include "actors/call_worker.hpp"
+#include "actors/host_link_watch.hpp"
 #include "base/log.hpp"
 #include "base/time_text.hpp"
 #include "messages/error.hpp"
@@ -165,10 +166,17 @@ void pump(host_link_pointer self) {
 void open_libvirt(host_link_pointer self, uint64_t gen) {
   auto& st = self->state;
   lv::keepalive ka{st.opts.keepalive_interval_s, st.opts.keepalive_count};
-  blocking_work work{"open", [t = st.transport, ka]() -> caf::expected<std::any> {
+  // Events are registered before the link is up, and so before the resync
+  // its coming up starts: a change in between is seen by one or the other
+  // (docs/spec.md 27).
+  blocking_work work{"open", [t = st.transport, ka, sink = event_sink(self, gen),
+                              host = st.opts.host]() -> caf::expected<std::any> {
                        auto c = lv::connection::open(t->uri(), ka);
                        if (!c)
                          return c.error();
+                       if (auto err = lv::watch_domains(**c, sink))
+                         log::warn("link", host + ": no domain events, only the bulk reads: "
+                                             + render(err));
                        return std::any{std::move(*c)};
                      }};
   auto h = st.calls.spawn(self, st.opts.host, std::move(work));
@@ -185,6 +193,7 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
         st.failures = 0;
         log::info("link", st.opts.host + ": up (" + st.transport->uri() + ")");
         pump(self);
+        on_link_up(self);
       },
       [self, gen](caf::error& err) {
         auto& st = self->state;
@@ -299,6 +308,8 @@ link_status host_link_state::snapshot() const {
   s.deaths = deaths;
   s.overruns = overruns;
   s.abandoned_calls = static_cast<uint32_t>(calls.abandoned_running());
+  s.events = events;
+  s.bulk_reads = bulk_reads;
   return s;
 }
 
@@ -345,6 +356,24 @@ void mark_dead(host_link_pointer self, std::string reason) {
                                       }});
     caf::anon_send(h, atom::run_v);
   }
+  arm_redial(self);
+}
+
+std::optional<std::string> redial_if_due(host_link_pointer self) {
+  auto& st = self->state;
+  auto now = clock::now();
+  if (now < st.next_dial_at) {
+    auto wait = std::chrono::duration_cast<caf::timespan>(st.next_dial_at - now);
+    return "link is dead (" + st.reason + "); next dial in " + elapsed_text(wait);
+  }
+  // Calls its kills did not free: a redial would give the next ones the same
+  // fate, so the link stays dead until enough of them end.
+  if (auto n = st.calls.abandoned_running(); n >= st.abandoned_cap())
+    return "link is dead (" + st.reason + "); " + std::to_string(n)
+           + " abandoned calls still running (cap " + std::to_string(st.abandoned_cap())
+           + "): no redial until they end";
+  start_dial(self);
+  return std::nullopt;
 }
 
 host_link_actor::behavior_type make_host_link(host_link_pointer self,
@@ -373,6 +402,7 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
         publish(self);
       return;
     }
+    std::erase_if(st.watchers, [&](auto& kv) { return kv.second.address() == msg.source; });
     auto& subs = self->state.subscribers;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
                               [&](const link_events_actor& s) {
@@ -385,30 +415,16 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
     self->quit(msg.reason);
   });
   start_dial(self);
+  self->delayed_send(self, self->state.opts.bulk_read_interval, atom::poll_v);
   return {
     [self](atom::call, call_job& job) -> caf::result<call_result> {
       auto& st = self->state;
       auto rp = self->make_response_promise<call_result>();
       if (st.state == link_state::dead) {
-        auto now = clock::now();
-        if (now < st.next_dial_at) {
-          auto wait = std::chrono::duration_cast<caf::timespan>(st.next_dial_at - now);
-          rp.deliver(make_error(ec::link_down, st.opts.host + ": link is dead ("
-                                                 + st.reason + "); next dial in "
-                                                 + elapsed_text(wait)));
+        if (auto why = redial_if_due(self)) {
+          rp.deliver(make_error(ec::link_down, st.opts.host + ": " + *why));
           return rp;
         }
-        // Calls its kills did not free: a redial would give the next ones
-        // the same fate, so the link stays dead until enough of them end.
-        if (auto n = st.calls.abandoned_running(); n >= st.abandoned_cap()) {
-          rp.deliver(make_error(ec::link_down,
-                                st.opts.host + ": link is dead (" + st.reason + "); "
-                                  + std::to_string(n) + " abandoned calls still running (cap "
-                                  + std::to_string(st.abandoned_cap())
-                                  + "): no redial until they end"));
-          return rp;
-        }
-        start_dial(self);
       }
       st.queued.push_back({st.next_id++, std::move(job), rp});
       pump(self);
@@ -424,6 +440,12 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
       mark_dead(self, "killed: " + reason);
       return self->state.snapshot();
     },
+    [self](atom::subscribe, std::string& name, proxy_actor& proxy) {
+      add_watcher(self, std::move(name), std::move(proxy));
+    },
+    [self](domain_event& ev) { forward_event(self, ev); },
+    [self](atom::poll) { on_safety_net_tick(self); },
+    [self](atom::link) { on_redial_tick(self); },
   };
 }
 

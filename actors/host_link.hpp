@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct host_link_options {
   // the link stays dead instead of redialing: each redial could abandon more.
   // 0: twice max_calls.
   uint32_t abandoned_cap = 0;
+  // The safety net under libvirt's events: a bulk read of every domain's
+  // state this often while proxies watch their domains (actors/host_link_watch).
+  caf::timespan bulk_read_interval = std::chrono::seconds(30);
   transport_factory make_transport;
   status_sink_actor sink; // receives link_status on every change (optional)
 };
@@ -85,6 +89,12 @@ struct host_link_state {
   uint64_t deaths = 0;
   uint64_t overruns = 0; // calls that ran past their budget
   std::vector<link_events_actor> subscribers;
+  // Proxies watching their domains, by domain name.
+  std::map<std::string, proxy_actor> watchers;
+  bool bulk_reading = false; // one bulk read at a time
+  bool redial_armed = false; // one redial timer at a time
+  uint64_t events = 0;
+  uint64_t bulk_reads = 0;
   // Every detached call this link started (jobs, dials, its pump, kills):
   // what `caf-shell ls calls` shows.
   call_ledger calls;
@@ -104,5 +114,9 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
 /// Marks the link dead (idempotent: a second call returns at once). Exposed
 /// for the fleet's shutdown path and for tests.
 void mark_dead(host_link_pointer self, std::string reason);
+
+/// Dials a dead link again if its backoff is over and not too many of its
+/// calls are still running abandoned; otherwise says why not.
+std::optional<std::string> redial_if_due(host_link_pointer self);
 
 } // namespace egress

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 #include <random>
+#include <utility>
 
 #include "actors/link_call.hpp"
 #include "base/ids.hpp"
@@ -39,21 +40,74 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
   return mirror::sha256_hex(text);
 }
 
-namespace {
-
-void publish(proxy_pointer self, const proxy_status& before) {
-  auto& s = self->state.status;
-  bool changed = s.phase != before.phase || s.address != before.address
-                 || s.last_error != before.last_error || s.uid != before.uid
-                 || s.adopted != before.adopted || s.grace_left != before.grace_left
-                 || s.replaced != before.replaced;
-  if ((changed || self->state.publish_next) && self->state.opts.sink)
-    self->send(self->state.opts.sink, s);
-  self->state.publish_next = false;
+const char* to_string(proxy_activity x) {
+  switch (x) {
+    case proxy_activity::idle: return "idle";
+    case proxy_activity::reading: return "reading";
+    case proxy_activity::awaiting_images: return "awaiting images";
+    case proxy_activity::creating: return "creating";
+    case proxy_activity::starting: return "starting";
+    case proxy_activity::replacing: return "replacing";
+    case proxy_activity::erasing: return "erasing";
+  }
+  return "unknown";
 }
 
-void schedule_poll(proxy_pointer self) {
-  self->delayed_send(self, self->state.opts.poll_interval, atom::poll_v);
+namespace {
+
+// What counts as a change worth pushing to the sink (the fleet's view, the
+// rotation, watchers): defined once, here.
+bool worth_pushing(const proxy_status& a, const proxy_status& b) {
+  return a.phase != b.phase || a.address != b.address || a.last_error != b.last_error
+         || a.uid != b.uid || a.adopted != b.adopted || a.grace_left != b.grace_left
+         || a.replaced != b.replaced;
+}
+
+void publish(proxy_pointer self, const proxy_status& before) {
+  auto& st = self->state;
+  if ((worth_pushing(st.status, before) || st.publish_next) && st.opts.sink)
+    self->send(st.opts.sink, st.status);
+  st.publish_next = false;
+}
+
+// Running on an address it read back, outside its IP grace: nothing to wait
+// for, so no timer; its link's events and bulk reads say when to look again.
+bool settled(const proxy_state& st) {
+  return st.status.phase == proxy_phase::running && st.status.grace_left == 0;
+}
+
+void poll(proxy_pointer self);
+
+// The poll timer runs only while the proxy is not settled (one at a time).
+void arm_poll(proxy_pointer self) {
+  auto& st = self->state;
+  if (st.poll_armed || settled(st) || st.activity == proxy_activity::erasing)
+    return;
+  st.poll_armed = true;
+  self->delayed_send(self, st.opts.poll_interval, atom::poll_v);
+}
+
+// Every step goes through here: `next` becomes the activity, `change` edits
+// the status (and may start the next step), the status is pushed if it
+// changed, and a proxy left idle reads back what was reported meanwhile and
+// arms its poll timer if it is not settled. An erase outranks every step: a
+// step's late answer changes nothing then.
+template <class Change>
+void transition(proxy_pointer self, proxy_activity next, Change&& change) {
+  auto& st = self->state;
+  if (st.activity == proxy_activity::erasing && next != proxy_activity::erasing)
+    return;
+  auto before = st.status;
+  st.activity = next;
+  change();
+  publish(self, before);
+  if (st.activity != proxy_activity::idle)
+    return;
+  if (std::exchange(st.read_after_step, false)) {
+    poll(self);
+    return;
+  }
+  arm_poll(self);
 }
 
 void record_error(proxy_pointer self, const caf::error& err, bool permanent_fails) {
@@ -76,6 +130,34 @@ std::vector<lv::address_source> sources_of(const std::vector<std::string>& names
 
 void create(proxy_pointer self);
 void replace(proxy_pointer self, const domain_reading& r);
+void start(proxy_pointer self);
+
+// A running proxy that reads back without an address (a lease that expired
+// with the VM still serving, an address source that blinked, a pause) keeps
+// its last address and its running phase for a grace of N read-backs before
+// it is demoted (docs/spec.md 11, docs/notes/failures.md#ip-grace): a
+// rotation must not flap on one bad read. True while it keeps them.
+bool keep_in_grace(proxy_state& st) {
+  auto& s = st.status;
+  if (s.phase != proxy_phase::running || s.address.empty())
+    return false;
+  if (s.grace_left == 0) {
+    if (st.opts.address_grace == 0)
+      return false;
+    s.grace_left = st.opts.address_grace;
+    log::warn("proxy", st.opts.spec.name + ": reads back without an address; keeping "
+                         + s.address + " for " + std::to_string(s.grace_left)
+                         + " read-back(s)");
+    return true;
+  }
+  if (s.grace_left > 1) {
+    --s.grace_left;
+    return true;
+  }
+  log::warn("proxy", st.opts.spec.name + ": still no address after the grace; demoted");
+  s.grace_left = 0;
+  return false;
+}
 
 void apply_reading(proxy_pointer self, domain_reading& r) {
   auto& st = self->state;
@@ -111,32 +193,6 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   s.created_at = r.mark.created_at;
   s.last_error.clear();
   s.last_error_kind.clear();
-  // A running proxy that reads back without an address (a lease that
-  // expired with the VM still serving, an address source that blinked, a
-  // pause) keeps its last address and its running phase for a grace of N
-  // polls before it is demoted (docs/spec.md 11, docs/notes/failures.md#ip-grace): a
-  // rotation must not flap on one bad read.
-  auto keep_in_grace = [&] {
-    if (s.phase != proxy_phase::running || s.address.empty())
-      return false;
-    if (s.grace_left == 0 && !st.in_grace) {
-      if (st.opts.address_grace == 0)
-        return false;
-      st.in_grace = true;
-      s.grace_left = st.opts.address_grace;
-      log::warn("proxy", st.opts.spec.name + ": reads back without an address; keeping "
-                           + s.address + " for " + std::to_string(s.grace_left) + " poll(s)");
-      return true;
-    }
-    if (s.grace_left > 1) {
-      --s.grace_left;
-      return true;
-    }
-    log::warn("proxy", st.opts.spec.name + ": still no address after the grace; demoted");
-    s.grace_left = 0;
-    st.in_grace = false;
-    return false;
-  };
   switch (r.state) {
     case domain_state::running:
     case domain_state::blocked:
@@ -144,36 +200,43 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
         s.address = r.addresses.front();
         s.phase = proxy_phase::running;
         s.grace_left = 0;
-        st.in_grace = false;
-      } else if (!keep_in_grace()) {
+      } else if (!keep_in_grace(st)) {
         s.address.clear();
         s.phase = proxy_phase::provisioning;
       }
       break;
     case domain_state::shutoff:
     case domain_state::crashed:
-    case domain_state::shutdown: {
-      // Restart policy: a VM of ours that stopped out of band is started again.
-      s.phase = proxy_phase::creating;
-      s.address.clear();
-      auto name = st.opts.spec.name;
-      st.busy = true;
-      link_call<void>(
-        self, st.opts.link, st.opts.call_timeout, "start " + name,
-        [name](lv::connection& c) { return lv::start_domain(c, name); },
-        [self] { self->state.busy = false; },
-        [self](const caf::error& err) {
-          self->state.busy = false;
-          record_error(self, err, false);
-        });
+    case domain_state::shutdown:
+      start(self);
       break;
-    }
     default:
-      if (!keep_in_grace()) {
+      if (!keep_in_grace(st)) {
         s.address.clear();
         s.phase = proxy_phase::provisioning;
       }
   }
+}
+
+// Restart policy: a VM of ours that stopped out of band is started again.
+// Its address is read back after (the start's event, or this read).
+void start(proxy_pointer self) {
+  auto& st = self->state;
+  st.status.phase = proxy_phase::creating;
+  st.status.address.clear();
+  st.status.grace_left = 0;
+  st.activity = proxy_activity::starting;
+  auto name = st.opts.spec.name;
+  link_call<void>(
+    self, st.opts.link, st.opts.call_timeout, "start " + name,
+    [name](lv::connection& c) { return lv::start_domain(c, name); },
+    [self] {
+      self->state.read_after_step = true;
+      transition(self, proxy_activity::idle, [] {});
+    },
+    [self](const caf::error& err) {
+      transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
+    });
 }
 
 // The images this proxy boots from, by role, that are not verified yet.
@@ -199,20 +262,17 @@ bool uses_images(const proxy_state& st) {
 // shown as the proxy's error.
 void ensure_images_then_create(proxy_pointer self) {
   auto& st = self->state;
-  if (st.waiting_image)
-    return;
   auto missing = missing_images(self);
-  st.waiting_image = true;
-  st.busy = true;
+  st.activity = proxy_activity::awaiting_images;
   st.ensures_left = static_cast<uint32_t>(missing.size());
   auto one_done = [self] {
     auto& st = self->state;
     if (--st.ensures_left > 0)
       return;
-    st.waiting_image = false;
-    st.busy = false;
-    if (missing_images(self).empty())
-      create(self);
+    transition(self, proxy_activity::idle, [self] {
+      if (missing_images(self).empty())
+        create(self);
+    });
   };
   for (auto& [role, actor] : missing)
     self->request(actor, st.opts.image_timeout, atom::ensure_v)
@@ -224,22 +284,16 @@ void ensure_images_then_create(proxy_pointer self) {
           one_done();
         },
         [self, one_done](caf::error& err) {
-          auto before = self->state.status;
           // Never latches: a permanent image error is fixed by a config
           // change, and the image actor answers it at once until then.
+          auto before = self->state.status;
           record_error(self, err, false);
           publish(self, before);
           one_done();
         });
 }
 
-void create(proxy_pointer self) {
-  auto& st = self->state;
-  if (!missing_images(self).empty()) {
-    ensure_images_then_create(self);
-    return;
-  }
-  st.status.phase = proxy_phase::creating;
+domain_spec domain_of(const proxy_state& st) {
   domain_spec ds;
   ds.name = st.opts.spec.name;
   ds.domain_type = st.opts.domain_type;
@@ -254,66 +308,79 @@ void create(proxy_pointer self) {
   ds.mark.spec_hash = st.spec_hash;
   ds.mark.host = st.opts.spec.host;
   ds.mark.tags = st.opts.spec.tags;
-  st.busy = true;
-  auto before = st.status;
+  return ds;
+}
+
+using create_job = std::function<caf::expected<domain_reading>(lv::connection&)>;
+
+// The create as one job: the domain alone, or (with images) overlay on the
+// cached image (if it has a disk), the kernel and initrd by path (kernel
+// boot), cloud-init seed, then the domain.
+caf::expected<create_job> create_job_of(proxy_state& st) {
+  auto ds = domain_of(st);
   auto sources = sources_of(st.opts.address_sources);
-  std::function<caf::expected<domain_reading>(lv::connection&)> job
-    = [ds, sources](lv::connection& c) { return lv::define_and_start(c, ds, sources); };
-  if (uses_images(st)) {
-    // Overlay on the cached image (if it has a disk), the kernel and initrd
-    // by path (kernel boot), cloud-init seed, then the domain.
-    if (auto k = st.ready.find("kernel"); k != st.ready.end()) {
-      ds.kernel = k->second.path;
-      ds.cmdline = st.opts.spec.cmdline;
-    }
-    if (auto i = st.ready.find("initrd"); i != st.ready.end())
-      ds.initrd = i->second.path;
-    auto seed = cloudinit::render_seed({ds.mark.uid, st.opts.spec.name,
-                                        static_cast<uint16_t>(st.opts.spec.port),
-                                        st.opts.spec.allow_from});
-    if (!seed) {
-      st.busy = false;
-      st.create_failed = true;
-      record_error(self, seed.error(), true);
-      publish(self, before);
-      return;
-    }
-    provision::vm_request req;
-    req.pool = st.opts.pool;
-    if (auto d = st.ready.find("disk"); d != st.ready.end()) {
-      req.base_path = d->second.path;
-      req.base_size = d->second.virtual_size;
-    }
-    req.base_format = st.opts.image_format;
-    req.volumes = provision::proxy_volumes::of(st.opts.entry, st.opts.spec.name);
-    req.seed = std::move(*seed);
-    req.domain = ds;
-    req.sources = sources;
-    job = [req](lv::connection& c) { return provision::create_vm(c, req); };
+  if (!uses_images(st))
+    return create_job{[ds, sources](lv::connection& c) {
+      return lv::define_and_start(c, ds, sources);
+    }};
+  if (auto k = st.ready.find("kernel"); k != st.ready.end()) {
+    ds.kernel = k->second.path;
+    ds.cmdline = st.opts.spec.cmdline;
   }
+  if (auto i = st.ready.find("initrd"); i != st.ready.end())
+    ds.initrd = i->second.path;
+  auto seed = cloudinit::render_seed({ds.mark.uid, st.opts.spec.name,
+                                      static_cast<uint16_t>(st.opts.spec.port),
+                                      st.opts.spec.allow_from});
+  if (!seed)
+    return seed.error();
+  provision::vm_request req;
+  req.pool = st.opts.pool;
+  if (auto d = st.ready.find("disk"); d != st.ready.end()) {
+    req.base_path = d->second.path;
+    req.base_size = d->second.virtual_size;
+  }
+  req.base_format = st.opts.image_format;
+  req.volumes = provision::proxy_volumes::of(st.opts.entry, st.opts.spec.name);
+  req.seed = std::move(*seed);
+  req.domain = ds;
+  req.sources = sources;
+  return create_job{[req](lv::connection& c) { return provision::create_vm(c, req); }};
+}
+
+void create(proxy_pointer self) {
+  auto& st = self->state;
+  if (!missing_images(self).empty()) {
+    ensure_images_then_create(self);
+    return;
+  }
+  auto job = create_job_of(st);
+  if (!job) {
+    st.create_failed = true;
+    record_error(self, job.error(), true);
+    return;
+  }
+  st.status.phase = proxy_phase::creating;
+  st.activity = proxy_activity::creating;
   link_call<domain_reading>(
-    self, st.opts.link, st.opts.call_timeout, "create " + ds.name, std::move(job),
+    self, st.opts.link, st.opts.call_timeout, "create " + st.opts.spec.name, std::move(*job),
     [self](domain_reading& r) {
-      auto before = self->state.status;
-      self->state.busy = false;
-      self->state.created_by_us = true;
-      self->state.status.adopted = false;
-      log::info("proxy", self->state.opts.spec.name + ": created uid=" + r.mark.uid);
-      apply_reading(self, r);
-      publish(self, before);
+      transition(self, proxy_activity::idle, [&] {
+        self->state.created_by_us = true;
+        self->state.status.adopted = false;
+        log::info("proxy", self->state.opts.spec.name + ": created uid=" + r.mark.uid);
+        apply_reading(self, r);
+      });
     },
     [self](const caf::error& err) {
-      auto before = self->state.status;
-      self->state.busy = false;
-      if (kind_of(err) == error_kind::transient) {
-        self->state.status.phase = proxy_phase::pending;
-      } else {
-        self->state.create_failed = true;
-      }
-      record_error(self, err, true);
-      publish(self, before);
+      transition(self, proxy_activity::idle, [&] {
+        if (kind_of(err) == error_kind::transient)
+          self->state.status.phase = proxy_phase::pending;
+        else
+          self->state.create_failed = true;
+        record_error(self, err, true);
+      });
     });
-  publish(self, before);
 }
 
 // Destroys and undefines the domain and deletes its overlay and seed (if it
@@ -345,28 +412,26 @@ void replace(proxy_pointer self, const domain_reading& r) {
   s.phase = proxy_phase::creating;
   s.address.clear();
   s.grace_left = 0;
-  st.in_grace = false;
   ++s.replaced;
-  st.busy = true;
+  st.activity = proxy_activity::replacing;
   remove_vm(
     self, "replace",
-    [self] {
-      self->state.busy = false;
-      create(self);
-    },
+    [self] { transition(self, proxy_activity::idle, [self] { create(self); }); },
     [self](const caf::error& err) {
-      auto before = self->state.status;
-      self->state.busy = false;
-      record_error(self, err, false);
-      publish(self, before);
+      transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
     });
 }
 
+// One read-back now, or (a step in flight) right after that step.
 void poll(proxy_pointer self) {
   auto& st = self->state;
-  if (st.busy || st.erasing)
+  if (st.activity == proxy_activity::erasing)
     return;
-  st.busy = true;
+  if (st.activity != proxy_activity::idle) {
+    st.read_after_step = true;
+    return;
+  }
+  st.activity = proxy_activity::reading;
   auto name = st.opts.spec.name;
   auto sources = sources_of(st.opts.address_sources);
   auto t0 = std::chrono::steady_clock::now();
@@ -379,22 +444,63 @@ void poll(proxy_pointer self) {
     self, st.opts.link, st.opts.call_timeout, "read " + name,
     [name, sources](lv::connection& c) { return lv::read_domain(c, name, sources); },
     [self, took](domain_reading& r) {
-      auto before = self->state.status;
-      self->state.busy = false;
-      ++self->state.status.polls;
-      self->state.status.last_poll_ms = took();
-      if (!self->state.erasing)
+      transition(self, proxy_activity::idle, [&] {
+        ++self->state.status.polls;
+        self->state.status.last_poll_ms = took();
         apply_reading(self, r);
-      publish(self, before);
+      });
     },
     [self, took](const caf::error& err) {
-      auto before = self->state.status;
-      self->state.busy = false;
-      ++self->state.status.polls;
-      self->state.status.last_poll_ms = took();
-      record_error(self, err, false);
-      publish(self, before);
+      transition(self, proxy_activity::idle, [&] {
+        ++self->state.status.polls;
+        self->state.status.last_poll_ms = took();
+        record_error(self, err, false);
+      });
     });
+}
+
+// The link says the domain changed. A change that ends its running takes
+// the proxy out of running at once (out of the rotation), before the read
+// that decides what to do; a pause does not: that is the IP grace's case.
+void on_domain_event(proxy_pointer self, const domain_event& ev) {
+  auto& st = self->state;
+  if (st.activity == proxy_activity::erasing)
+    return;
+  log::info("proxy", st.opts.spec.name + ": domain " + to_string(ev.change) + " on "
+                       + ev.host);
+  if (ends_running(ev.change) && st.status.phase == proxy_phase::running)
+    transition(self, st.activity, [&] {
+      st.status.phase = proxy_phase::provisioning;
+      st.status.address.clear();
+      st.status.grace_left = 0;
+    });
+  bool news = ends_running(ev.change) || ev.change == domain_change::suspended
+              || ev.change == domain_change::pmsuspended
+              || ev.change == domain_change::agent || ev.change == domain_change::other;
+  // Defined, started, resumed: mostly the echo of its own create or start.
+  // Settled, or with a step in flight, it has nothing to learn from them.
+  if (news || (st.activity == proxy_activity::idle && !settled(st)))
+    poll(self);
+}
+
+// The link's bulk read says what the host has under this proxy's name. A
+// settled proxy believes its domain runs: if it does not (or it is another
+// domain by now, a new uuid), an event was missed, and it reads back. Any
+// other proxy reads on its timer anyway.
+void on_domain_brief(proxy_pointer self, const domain_brief& b) {
+  auto& st = self->state;
+  bool other_domain = b.exists && !st.domain_uuid.empty() && b.uuid != st.domain_uuid;
+  if (b.exists)
+    st.domain_uuid = b.uuid;
+  if (!settled(st) || st.activity != proxy_activity::idle)
+    return;
+  bool runs = b.exists && (b.state == domain_state::running || b.state == domain_state::blocked);
+  if (runs && !other_domain)
+    return;
+  log::warn("proxy", st.opts.spec.name + ": the bulk read finds its domain "
+                       + (b.exists ? std::string{to_string(b.state)} : "missing")
+                       + (other_domain ? " (another uuid)" : "") + "; reading it back");
+  poll(self);
 }
 
 } // namespace
@@ -407,50 +513,53 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
                            st.opts.kernel_sha256, st.opts.initrd_sha256);
   st.status.name = st.opts.spec.name;
   st.status.host = st.opts.spec.host;
-  // Announce the proxy before its first poll, so status lists it at once.
+  // Announce the proxy before its first read, so status lists it at once.
   if (st.opts.sink)
     self->send(st.opts.sink, st.status);
-  self->send(self, atom::poll_v);
+  // Watch before the first read: a change after the read is then reported.
+  self->send(st.opts.link, atom::subscribe_v, st.opts.spec.name,
+             caf::actor_cast<proxy_actor>(self));
+  poll(self);
   return {
     [self](atom::status) { return self->state.status; },
     [self](atom::poll) {
-      if (self->state.erasing)
+      auto& st = self->state;
+      st.poll_armed = false;
+      if (st.activity == proxy_activity::erasing)
         return;
-      poll(self);
-      schedule_poll(self);
+      if (!settled(st))
+        poll(self);
+      arm_poll(self);
     },
-    // Not atom::poll: that one re-arms the timer, and a second timer chain
-    // would double this proxy's polls for good.
     [self](atom::reconcile) {
       self->state.publish_next = true;
       poll(self);
     },
+    [self](domain_event& ev) { on_domain_event(self, ev); },
+    [self](domain_brief& b) { on_domain_brief(self, b); },
     [self](atom::erase) -> caf::result<proxy_status> {
       auto& st = self->state;
       auto rp = self->make_response_promise<proxy_status>();
       st.erase_waiters.push_back(rp);
-      if (st.erasing)
+      if (st.activity == proxy_activity::erasing)
         return rp;
-      st.erasing = true;
-      auto before = st.status;
-      st.status.phase = proxy_phase::deleting;
-      publish(self, before);
+      transition(self, proxy_activity::erasing,
+                 [&] { st.status.phase = proxy_phase::deleting; });
       remove_vm(
         self, "delete",
         [self] {
-          auto before = self->state.status;
-          self->state.status.phase = proxy_phase::deleted;
-          self->state.status.address.clear();
-          publish(self, before);
+          transition(self, proxy_activity::erasing, [self] {
+            self->state.status.phase = proxy_phase::deleted;
+            self->state.status.address.clear();
+          });
           for (auto& w : self->state.erase_waiters)
             w.deliver(self->state.status);
           self->quit();
         },
         [self](const caf::error& err) {
-          auto before = self->state.status;
-          self->state.erasing = false;
-          record_error(self, err, false);
-          publish(self, before);
+          // Not deleted: it goes on as before, and the caller hears why.
+          self->state.activity = proxy_activity::idle;
+          transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
           for (auto& w : self->state.erase_waiters)
             w.deliver(err);
           self->state.erase_waiters.clear();

@@ -1,10 +1,15 @@
 #pragma once
 // One actor per declared proxy: reconciles one VM on one host.
 //
-// State is read back, not remembered (invariant 16): every poll reads the
-// domain from libvirt; a domain carrying our mark is adopted, one without it
-// is never touched. A transient error is recorded but never latches the proxy
-// as failed (invariant 10); only a permanent error does.
+// State is read back, not remembered (invariant 16): every read-back reads
+// the domain from libvirt; a domain carrying our mark is adopted, one without
+// it is never touched. A transient error is recorded but never latches the
+// proxy as failed (invariant 10); only a permanent error does.
+//
+// It reads its domain back when it acts, when its link tells it the domain
+// changed (a libvirt event or the link's bulk read, docs/spec.md 27), and
+// on its poll timer only while it is not settled (not yet running with an
+// address, or inside its IP grace): a fleet at rest does not poll.
 
 #include <map>
 #include <string>
@@ -41,20 +46,36 @@ struct proxy_options {
   status_sink_actor sink; // receives proxy_status on every change (optional)
 };
 
+/// What a proxy is doing: one step at a time, each one request to its link
+/// (or its image actors). `status.phase` is what it shows; this is what it
+/// has in flight.
+enum class proxy_activity : uint8_t {
+  idle,
+  reading,         // a read-back of its domain
+  awaiting_images, // ensures of its images are outstanding
+  creating,        // overlay, seed, define, start
+  starting,        // start of its stopped domain
+  replacing,       // deleting a VM made from an older spec, before a create
+  erasing,         // deleting it for good: outranks everything else
+};
+
+const char* to_string(proxy_activity x);
+
 struct proxy_state {
   std::string name = "proxy";
   proxy_options opts;
   proxy_status status;
   std::string spec_hash;
-  bool busy = false;          // one libvirt request at a time per proxy
+  proxy_activity activity = proxy_activity::idle;
+  // A change was reported while a step was in flight: read back after it.
+  bool read_after_step = false;
   // An operator asked for this read-back (reconcile): push its result even
-  // if nothing changed, so status shows the fresh poll.
+  // if nothing changed, so status shows the fresh read.
   bool publish_next = false;
+  bool poll_armed = false;    // one poll timer at a time
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly
-  bool erasing = false;
-  bool in_grace = false;      // running on its last address (docs/spec.md 11)
-  bool waiting_image = false; // ensures are outstanding
+  std::string domain_uuid;    // as the link's last bulk read saw it
   uint32_t ensures_left = 0;
   // The images it needs, verified in the pool, by role: disk, kernel, initrd.
   std::map<std::string, image_ready> ready;

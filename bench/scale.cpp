@@ -4,17 +4,25 @@
 //
 // Prints: time to converge (every proxy running with an address), peak RSS
 // per proxy, the time to answer a status query for all proxies (median and
-// max of 20), and the engine's CPU at rest: the process's CPU time over S
-// seconds (default 20) after convergence, in cores. No assertions: figures
-// only.
+// max of 20), the engine's CPU at rest: the process's CPU time over S
+// seconds (default 20) after convergence, in cores, with the read-backs and
+// bulk reads it did meanwhile (libvirt calls per second per host), and how
+// long a domain destroyed out of band takes to leave the rotation: the
+// engine (libvirt's event) against a loop that reads the domain's state
+// every P ms, as a poller would (today's poll-interval), side by side in
+// five rounds. No assertions: figures only.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <random>
 #include <vector>
 
 #include <sys/resource.h>
@@ -24,6 +32,7 @@
 
 #include "base/log.hpp"
 #include "messages/error.hpp"
+#include "providers/libvirt/domains.hpp"
 #include "runtime/engine.hpp"
 
 #include "figures.hpp"
@@ -52,6 +61,117 @@ double cpu_seconds() {
   return s(ru.ru_utime) + s(ru.ru_stime);
 }
 
+uint64_t read_backs(const egress::fleet_status& st) {
+  uint64_t n = 0;
+  for (auto& p : st.proxies)
+    n += p.polls;
+  return n;
+}
+
+uint64_t bulk_reads(const egress::fleet_status& st) {
+  uint64_t n = 0;
+  for (auto& l : st.links)
+    n += l.bulk_reads;
+  return n;
+}
+
+// When each proxy left the rotation, as the fleet announces it.
+struct departures {
+  std::mutex mtx;
+  std::map<std::string, steady_clock::time_point> at;
+};
+
+egress::rotation_events_actor::behavior_type
+record_departures(egress::rotation_events_actor::pointer, std::shared_ptr<departures> d) {
+  return {[d](egress::rotation_event& e) {
+    if (e.joined)
+      return;
+    std::lock_guard<std::mutex> guard{d->mtx};
+    d->at.emplace(e.proxy, steady_clock::now());
+  }};
+}
+
+// A poller: reads `name`'s state every `every` on its own connection until
+// it is not running; returns when it saw that.
+steady_clock::time_point poll_until_stopped(const std::string& name, milliseconds every) {
+  auto c = egress::lv::connection::open("test:///default");
+  if (!c)
+    return steady_clock::now();
+  for (;;) {
+    auto r = egress::lv::read_domain(**c, name, {});
+    if (r && (!r->exists || r->state != egress::domain_state::running))
+      return steady_clock::now();
+    std::this_thread::sleep_for(every);
+  }
+}
+
+struct destroy_figures {
+  double engine_ms;
+  double poll_ms;
+};
+
+// Five domains destroyed out of band, one at a time, each at a random point
+// of the poller's period; the medians of both. The poller watches a domain
+// of its own destroyed at the same instant (the engine starts its own again
+// within a millisecond or so: a poller would never see it stopped).
+destroy_figures destroy_out_of_band(caf::actor_system& sys, egress::engine& eng,
+                                    milliseconds poll_every) {
+  auto d = std::make_shared<departures>();
+  auto rec = sys.spawn(record_departures, d);
+  caf::anon_send(eng.fleet(), egress::atom::subscribe_v, rec);
+  auto witness = egress::lv::connection::open("test:///default");
+  std::vector<double> engine_ms, poll_ms;
+  std::minstd_rand rng{42};
+  for (int i = 0; i < 5; ++i) {
+    auto name = "px-" + std::to_string(i);
+    egress::domain_spec polled_domain;
+    polled_domain.name = "polled-" + std::to_string(i);
+    polled_domain.domain_type = "test";
+    polled_domain.network = "default";
+    polled_domain.vcpus = 1;
+    polled_domain.memory_mib = 64;
+    polled_domain.mark = {"poller-" + std::to_string(i), "2026-01-01T00:00:00Z", "poller",
+                          std::string(64, '0'), {}, "hv0"};
+    if (witness)
+      if (auto r = egress::lv::define_and_start(**witness, polled_domain); !r)
+        std::fprintf(stderr, "define %s: %s\n", polled_domain.name.c_str(),
+                     egress::render(r.error()).c_str());
+    std::atomic<bool> ready{false};
+    steady_clock::time_point polled;
+    std::thread poller{[&] {
+      ready = true;
+      polled = poll_until_stopped(polled_domain.name, poll_every);
+    }};
+    while (!ready)
+      std::this_thread::yield();
+    std::this_thread::sleep_for(milliseconds(rng() % poll_every.count()));
+    auto t0 = steady_clock::now();
+    auto err = witness ? egress::lv::destroy_domain(**witness, name) : witness.error();
+    if (!err)
+      err = egress::lv::destroy_domain(**witness, polled_domain.name);
+    if (err) {
+      std::fprintf(stderr, "destroy %s: %s\n", name.c_str(), egress::render(err).c_str());
+      std::exit(1);
+    }
+    poller.join();
+    (void)egress::lv::delete_domain(**witness, polled_domain.name);
+    steady_clock::time_point left;
+    for (auto deadline = t0 + seconds(30); steady_clock::now() < deadline;) {
+      std::lock_guard<std::mutex> guard{d->mtx};
+      if (auto j = d->at.find(name); j != d->at.end()) {
+        left = j->second;
+        break;
+      }
+    }
+    engine_ms.push_back(left == steady_clock::time_point{} ? -1 : ms(left - t0));
+    poll_ms.push_back(ms(polled - t0));
+  }
+  caf::anon_send_exit(rec, caf::exit_reason::user_shutdown);
+  std::sort(engine_ms.begin(), engine_ms.end());
+  std::sort(poll_ms.begin(), poll_ms.end());
+  return {engine_ms[2], poll_ms[2]};
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -78,6 +198,8 @@ int main(int argc, char** argv) {
   egress::engine_config ec;
   ec.entry = "bench";
   ec.poll_interval = milliseconds(poll_ms);
+  // The test driver's addresses are made up: the rotation follows the phase.
+  ec.probe.mode = "off";
   for (size_t h = 0; h < hosts; ++h) {
     egress::host_config hc;
     hc.name = "hv" + std::to_string(h);
@@ -130,24 +252,45 @@ int main(int argc, char** argv) {
   }
   std::sort(query.begin(), query.end());
   auto peak = rss_kib("VmHWM:");
+  auto before = eng->status(seconds(30));
   auto cpu0 = cpu_seconds();
   auto r0 = steady_clock::now();
   std::this_thread::sleep_for(seconds(rest_s));
-  double rest_cores = (cpu_seconds() - cpu0) / (ms(steady_clock::now() - r0) / 1000.0);
+  double rest_s_real = ms(steady_clock::now() - r0) / 1000.0;
+  double rest_cores = (cpu_seconds() - cpu0) / rest_s_real;
+  double rest_rss_per_proxy = double(rss_kib("VmRSS:") - base_rss) / double(n);
+  auto after = eng->status(seconds(30));
+  // A read-back is 4 libvirt calls (lookup, state, mark, addresses), a bulk
+  // read is one.
+  double reads = before && after ? double(read_backs(*after) - read_backs(*before)) : -1;
+  double bulks = before && after ? double(bulk_reads(*after) - bulk_reads(*before)) : -1;
+  double calls_per_s_host = (4 * reads + bulks) / rest_s_real / double(hosts);
+  auto destroy = destroy_out_of_band(sys, *eng, milliseconds(poll_ms));
   double rss_per_proxy = double(peak - base_rss) / double(n);
   std::printf("bench/scale: %zu proxies on %zu test-driver host(s), poll %ld ms\n", n, hosts, poll_ms);
   std::printf("  converge (all running with an address): %.0f ms  (%.1f proxies/s)\n",
               ms(converge), n / (ms(converge) / 1000.0));
-  std::printf("  peak RSS: %ld KiB total, %.1f KiB per proxy (above a %ld KiB baseline)\n",
-              peak, rss_per_proxy, base_rss);
+  std::printf("  peak RSS: %ld KiB total, %.1f KiB per proxy (above a %ld KiB baseline); "
+              "at rest %.1f KiB per proxy\n",
+              peak, rss_per_proxy, base_rss, rest_rss_per_proxy);
   std::printf("  status query for all proxies: median %.2f ms, max %.2f ms (20 runs)\n",
               query[query.size() / 2], query.back());
   std::printf("  CPU at rest over %ld s after convergence: %.3f of a core\n", rest_s, rest_cores);
-  egress::test::figures csv{"proxies", "hosts", "poll_ms", "converge_s", "rest_cpu_cores",
-                     "rss_kib_per_proxy", "status_query_ms"};
+  std::printf("  at rest: %.0f read-backs, %.0f bulk reads: %.2f libvirt calls/s per host\n",
+              reads, bulks, calls_per_s_host);
+  std::printf("  a domain destroyed out of band leaves the rotation after: engine %.1f ms, "
+              "a %ld ms poll %.1f ms (median of 5): %.0fx sooner\n",
+              destroy.engine_ms, poll_ms, destroy.poll_ms,
+              destroy.engine_ms > 0 ? destroy.poll_ms / destroy.engine_ms : 0.0);
+  using egress::test::figures;
+  figures csv{"proxies", "hosts", "poll_ms", "converge_s", "rest_cpu_cores",
+              "rss_kib_per_proxy", "status_query_ms", "rest_calls_per_s_host",
+              "destroy_engine_ms", "destroy_poll_ms", "rest_rss_kib_per_proxy"};
   csv.row({std::to_string(n), std::to_string(hosts), std::to_string(poll_ms),
-           egress::test::figures::cell(ms(converge) / 1000.0), egress::test::figures::cell(rest_cores),
-           egress::test::figures::cell(rss_per_proxy), egress::test::figures::cell(query[query.size() / 2])});
+           figures::cell(ms(converge) / 1000.0), figures::cell(rest_cores),
+           figures::cell(rss_per_proxy), figures::cell(query[query.size() / 2]),
+           figures::cell(calls_per_s_host), figures::cell(destroy.engine_ms),
+           figures::cell(destroy.poll_ms), figures::cell(rest_rss_per_proxy)});
   if (auto err = eng->stop(seconds(30)))
     std::fprintf(stderr, "stop: %s\n", egress::render(err).c_str());
   return running == n ? 0 : 1;

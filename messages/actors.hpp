@@ -110,6 +110,21 @@ using call_actor = caf::typed_actor<
 using call_worker_actor = caf::typed_actor<
   caf::replies_to<atom::run, blocking_work>::with<call_result>>;
 
+/// One per declared proxy: reconciles one VM.
+using proxy_actor = status_interface<proxy_status>::extend<
+  caf::reacts_to<atom::poll>,
+  // Reconcile now (an operator's request): one read-back outside the poll
+  // schedule, skipped if one is already in flight.
+  caf::reacts_to<atom::reconcile>,
+  // Its domain changed on the host (a libvirt event): it reads the domain
+  // back, and leaves running at once when the change says it no longer runs.
+  caf::reacts_to<domain_event>,
+  // Its domain as the link's bulk read saw it: read back if that is not what
+  // the proxy believes (an event was missed, the link was dead).
+  caf::reacts_to<domain_brief>,
+  // Deletes the VM (destroy, undefine) and answers once it is gone.
+  caf::replies_to<atom::erase>::with<proxy_status>>;
+
 /// One per host: owns the transport and the pooled libvirt connection. Its
 /// calls are jobs, dials, the pump and kills. A kill marks the link dead with
 /// the given reason and kills its transport; it answers at once, even while
@@ -121,16 +136,17 @@ using host_link_actor = status_interface<link_status>::extend_with<
   // budget overrun the caller gets transient budget_exceeded and the link dies.
   caf::replies_to<atom::call, call_job>::with<call_result>,
   // Adds a subscriber for link_down broadcasts (kept until it terminates).
-  caf::reacts_to<atom::subscribe, link_events_actor>>;
-
-/// One per declared proxy: reconciles one VM.
-using proxy_actor = status_interface<proxy_status>::extend<
+  caf::reacts_to<atom::subscribe, link_events_actor>,
+  // A proxy watches its domain (by name): the link sends it every
+  // domain_event of that name and its domain_brief from every bulk read
+  // (kept until the proxy terminates).
+  caf::reacts_to<atom::subscribe, std::string, proxy_actor>,
+  // Internal: libvirt's event loop hands an event on (actors/host_link_watch).
+  caf::reacts_to<domain_event>,
+  // Internal: the safety net's timer (a bulk read of every domain's state).
   caf::reacts_to<atom::poll>,
-  // Reconcile now (an operator's request): one read-back outside the poll
-  // schedule, skipped if one is already in flight.
-  caf::reacts_to<atom::reconcile>,
-  // Deletes the VM (destroy, undefine) and answers once it is gone.
-  caf::replies_to<atom::erase>::with<proxy_status>>;
+  // Internal: a dead link with watched domains redials once its backoff ends.
+  caf::reacts_to<atom::link>>;
 
 /// One per (provider entry, image) on each host: the verified base image in
 /// the host's pool. The first ensure starts one fill (over a dedicated

@@ -415,6 +415,7 @@ void check_config(problems& out, const engine_config& cfg) {
   check_metrics(out, cfg.metrics);
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
+  check_positive(out, "engine.bulk-read-interval", cfg.bulk_read_interval);
   check_positive(out, "engine.shutdown-timeout", cfg.shutdown_timeout);
   check_positive(out, "engine.redial-min", cfg.redial_min);
   if (cfg.redial_max < cfg.redial_min)

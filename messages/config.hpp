@@ -137,6 +137,9 @@ struct engine_config {
   bool unedited = false;
   std::string entry;        // provider entry: written into every mark
   caf::timespan poll_interval = std::chrono::seconds(2);
+  // Each link's bulk read of every domain's state: the safety net under
+  // libvirt's events (actors/host_link_watch).
+  caf::timespan bulk_read_interval = std::chrono::seconds(30);
   uint32_t address_grace = 3; // polls a running proxy keeps its last address
   caf::timespan shutdown_timeout = std::chrono::seconds(10);
   caf::timespan redial_min = std::chrono::milliseconds(500);

@@ -16,6 +16,28 @@ const char* to_string(domain_state x) {
   return "unknown";
 }
 
+const char* to_string(domain_change x) {
+  switch (x) {
+    case domain_change::defined: return "defined";
+    case domain_change::undefined: return "undefined";
+    case domain_change::started: return "started";
+    case domain_change::suspended: return "suspended";
+    case domain_change::resumed: return "resumed";
+    case domain_change::stopped: return "stopped";
+    case domain_change::shutdown: return "shutdown";
+    case domain_change::crashed: return "crashed";
+    case domain_change::pmsuspended: return "pmsuspended";
+    case domain_change::agent: return "agent";
+    case domain_change::other: return "other";
+  }
+  return "unknown";
+}
+
+bool ends_running(domain_change x) {
+  return x == domain_change::undefined || x == domain_change::stopped
+         || x == domain_change::crashed;
+}
+
 const char* to_string(link_state x) {
   switch (x) {
     case link_state::dialing: return "dialing";

@@ -106,7 +106,57 @@ enum class domain_state : uint8_t {
 
 const char* to_string(domain_state x);
 
-/// What one poll read back about one domain.
+/// What a host says happened to one of its domains: libvirt's lifecycle
+/// and agent events in our words.
+enum class domain_change : uint8_t {
+  defined = 0,
+  undefined = 1,
+  started = 2,
+  suspended = 3,
+  resumed = 4,
+  stopped = 5,
+  shutdown = 6,   // the guest is shutting down (it still runs)
+  crashed = 7,
+  pmsuspended = 8,
+  agent = 9,      // its guest agent connected or went away
+  other = 10,     // an event this engine has no name for: read it back
+};
+
+const char* to_string(domain_change x);
+
+/// True for a change after which the domain no longer runs.
+bool ends_running(domain_change x);
+
+/// One change of one domain, sent by the host's link to the domain's proxy.
+/// `generation` is the link's dial that saw it (older ones are dropped).
+struct domain_event {
+  std::string host;
+  std::string name;
+  domain_change change = domain_change::other;
+  uint64_t generation = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, domain_event& x) {
+  return f(caf::meta::type_name("domain_event"), x.host, x.name, x.change, x.generation);
+}
+
+/// One domain as a bulk read sees it: enough for its proxy to tell whether
+/// it is what the proxy believes (a bulk read pushes one to every watching
+/// proxy; one whose domain is missing gets exists == false).
+struct domain_brief {
+  std::string name;
+  bool exists = true;
+  std::string uuid; // a domain undefined and defined again gets a new one
+  domain_state state = domain_state::nostate;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, domain_brief& x) {
+  return f(caf::meta::type_name("domain_brief"), x.name, x.exists, x.uuid, x.state);
+}
+
+/// What one read-back of one domain found.
 struct domain_reading {
   std::string name;
   bool exists = false;
@@ -140,13 +190,15 @@ struct link_status {
   uint64_t deaths = 0;  // times this link was marked dead
   uint64_t overruns = 0;        // calls that ran past their budget
   uint32_t abandoned_calls = 0; // given up on, their threads still running
+  uint64_t events = 0;          // domain events received (all generations)
+  uint64_t bulk_reads = 0;      // bulk reads of every domain's state done
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, link_status& x) {
   return f(caf::meta::type_name("link_status"), x.host, x.state, x.reason,
            x.in_flight, x.queued, x.limit, x.dials, x.deaths, x.overruns,
-           x.abandoned_calls);
+           x.abandoned_calls, x.events, x.bulk_reads);
 }
 
 enum class proxy_phase : uint8_t {

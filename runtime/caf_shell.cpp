@@ -135,7 +135,8 @@ json to_json(const link_status& l) {
   return {{"host", l.host}, {"state", to_string(l.state)}, {"reason", l.reason},
           {"in_flight", l.in_flight}, {"queued", l.queued}, {"limit", l.limit},
           {"dials", l.dials}, {"deaths", l.deaths}, {"overruns", l.overruns},
-          {"abandoned_calls", l.abandoned_calls}};
+          {"abandoned_calls", l.abandoned_calls}, {"events", l.events},
+          {"bulk_reads", l.bulk_reads}};
 }
 
 json to_json(const fleet_status& st) {

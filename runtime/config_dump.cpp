@@ -36,6 +36,7 @@ std::string dump_config(const engine_config& cfg) {
   out += "\n[engine]\n";
   out += "entry = " + quoted(cfg.entry) + "\n";
   out += "poll-interval = " + duration_text(cfg.poll_interval) + "\n";
+  out += "bulk-read-interval = " + duration_text(cfg.bulk_read_interval) + "\n";
   out += "address-grace = " + std::to_string(cfg.address_grace) + "\n";
   out += "shutdown-timeout = " + duration_text(cfg.shutdown_timeout) + "\n";
   out += "redial-min = " + duration_text(cfg.redial_min) + "\n";

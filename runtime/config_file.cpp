@@ -412,12 +412,13 @@ std::string read_secret(problems& out, const std::string& file, const fs::path& 
 void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
-                {"entry", "poll-interval", "address-grace", "shutdown-timeout", "redial-min",
+                {"entry", "poll-interval", "bulk-read-interval", "address-grace", "shutdown-timeout", "redial-min",
                  "redial-max", "gc", "probe", "inspect", "metrics", "node", "peers", "hosts",
                  "images", "proxies", "unedited"}};
   r.read("unedited", cfg.unedited);
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
+  r.read("bulk-read-interval", cfg.bulk_read_interval);
   r.read("address-grace", cfg.address_grace, range{0, 1000});
   r.read("shutdown-timeout", cfg.shutdown_timeout);
   r.read("redial-min", cfg.redial_min);

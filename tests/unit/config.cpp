@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* engine_keys =
-  "entry, poll-interval, address-grace, shutdown-timeout, redial-min, redial-max, gc, probe, "
-  "inspect, metrics, node, peers, hosts, images, proxies, unedited";
+  "entry, poll-interval, bulk-read-interval, address-grace, shutdown-timeout, redial-min, "
+  "redial-max, gc, probe, inspect, metrics, node, peers, hosts, images, proxies, unedited";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from, kernel, initrd, cmdline";
 

@@ -1,0 +1,36 @@
+#pragma once
+// The host link's watch over its host's domains (docs/spec.md 27): libvirt's
+// events, registered on every dial before the link is up, and a bulk read of
+// every domain's state right after each dial and then at the safety-net
+// interval. Both reach the watching proxies as domain_events; no proxy reads
+// its domain on a timer once it runs.
+
+#include "actors/host_link.hpp"
+#include "providers/libvirt/watch.hpp"
+
+namespace egress {
+
+/// What the dial registers with libvirt: hands each event of generation
+/// `gen` to the link as a message (it runs on libvirt's event-loop thread,
+/// and holds only the link's address, so it never keeps the link alive).
+lv::domain_sink event_sink(host_link_pointer self, uint64_t gen);
+
+/// A proxy watches its domain.
+void add_watcher(host_link_pointer self, std::string name, proxy_actor proxy);
+
+/// An event from the event loop: counted, and sent on to the domain's proxy
+/// if it is of the current dial.
+void forward_event(host_link_pointer self, domain_event& ev);
+
+/// The link just came up: the resync (a bulk read) after the registration.
+void on_link_up(host_link_pointer self);
+
+/// The safety net's tick: a bulk read if the link is up, and the next tick.
+void on_safety_net_tick(host_link_pointer self);
+
+/// A dead link whose domains are watched redials by itself, after its
+/// backoff: nobody else would call it.
+void arm_redial(host_link_pointer self);
+void on_redial_tick(host_link_pointer self);
+
+} // namespace egress
