@@ -106,6 +106,12 @@ void on_redial_tick(host_link_pointer self) {
   st.redial_armed = false;
   if (st.state != link_state::dead || st.watchers.empty())
     return;
+  auto now = host_link_state::clock::now();
+  if (now < st.next_dial_at) {
+    // A later death moved the backoff on while this timer ran.
+    arm_redial(self);
+    return;
+  }
   if (auto why = redial_if_due(self)) {
     // Too many abandoned calls: look again after the longest backoff.
     st.redial_armed = true;

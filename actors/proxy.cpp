@@ -92,11 +92,19 @@ void arm_poll(proxy_pointer self) {
 // changed, and a proxy left idle reads back what was reported meanwhile and
 // arms its poll timer if it is not settled. An erase outranks every step: a
 // step's late answer changes nothing then.
+void erase(proxy_pointer self);
+
 template <class Change>
 void transition(proxy_pointer self, proxy_activity next, Change&& change) {
   auto& st = self->state;
   if (st.activity == proxy_activity::erasing && next != proxy_activity::erasing)
     return;
+  // An erase waited for this step: what the step found no longer matters.
+  if (st.erase_after_step && next == proxy_activity::idle) {
+    st.activity = proxy_activity::idle;
+    erase(self);
+    return;
+  }
   auto before = st.status;
   st.activity = next;
   change();
@@ -425,7 +433,7 @@ void replace(proxy_pointer self, const domain_reading& r) {
 // One read-back now, or (a step in flight) right after that step.
 void poll(proxy_pointer self) {
   auto& st = self->state;
-  if (st.activity == proxy_activity::erasing)
+  if (st.activity == proxy_activity::erasing || st.erase_after_step)
     return;
   if (st.activity != proxy_activity::idle) {
     st.read_after_step = true;
@@ -464,17 +472,20 @@ void poll(proxy_pointer self) {
 // that decides what to do; a pause does not: that is the IP grace's case.
 void on_domain_event(proxy_pointer self, const domain_event& ev) {
   auto& st = self->state;
-  if (st.activity == proxy_activity::erasing)
+  if (st.activity == proxy_activity::erasing || st.erase_after_step)
     return;
   log::info("proxy", st.opts.spec.name + ": domain " + to_string(ev.change) + " on "
                        + ev.host);
-  if (ends_running(ev.change) && st.status.phase == proxy_phase::running)
-    transition(self, st.activity, [&] {
-      st.status.phase = proxy_phase::provisioning;
-      st.status.address.clear();
-      st.status.grace_left = 0;
-    });
-  bool news = ends_running(ev.change) || ev.change == domain_change::suspended
+  if (ends_running(ev.change) && st.status.phase == proxy_phase::running) {
+    // Not a step (the read below is): only the status changes here.
+    auto before = st.status;
+    st.status.phase = proxy_phase::provisioning;
+    st.status.address.clear();
+    st.status.grace_left = 0;
+    publish(self, before);
+  }
+  bool news = ends_running(ev.change) || ev.change == domain_change::undefined
+              || ev.change == domain_change::suspended
               || ev.change == domain_change::pmsuspended
               || ev.change == domain_change::agent || ev.change == domain_change::other;
   // Defined, started, resumed: mostly the echo of its own create or start.
@@ -501,6 +512,33 @@ void on_domain_brief(proxy_pointer self, const domain_brief& b) {
                        + (b.exists ? std::string{to_string(b.state)} : "missing")
                        + (other_domain ? " (another uuid)" : "") + "; reading it back");
   poll(self);
+}
+
+// Deletes the VM for good; the actor quits once it is gone. On failure the
+// proxy goes on as before and every waiter hears why.
+void erase(proxy_pointer self) {
+  auto& st = self->state;
+  st.erase_after_step = false;
+  transition(self, proxy_activity::erasing,
+             [&] { st.status.phase = proxy_phase::deleting; });
+  remove_vm(
+    self, "delete",
+    [self] {
+      transition(self, proxy_activity::erasing, [self] {
+        self->state.status.phase = proxy_phase::deleted;
+        self->state.status.address.clear();
+      });
+      for (auto& w : self->state.erase_waiters)
+        w.deliver(self->state.status);
+      self->quit();
+    },
+    [self](const caf::error& err) {
+      self->state.activity = proxy_activity::idle;
+      transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
+      for (auto& w : self->state.erase_waiters)
+        w.deliver(err);
+      self->state.erase_waiters.clear();
+    });
 }
 
 } // namespace
@@ -541,29 +579,18 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       auto& st = self->state;
       auto rp = self->make_response_promise<proxy_status>();
       st.erase_waiters.push_back(rp);
-      if (st.activity == proxy_activity::erasing)
+      if (st.activity == proxy_activity::erasing || st.erase_after_step)
         return rp;
-      transition(self, proxy_activity::erasing,
-                 [&] { st.status.phase = proxy_phase::deleting; });
-      remove_vm(
-        self, "delete",
-        [self] {
-          transition(self, proxy_activity::erasing, [self] {
-            self->state.status.phase = proxy_phase::deleted;
-            self->state.status.address.clear();
-          });
-          for (auto& w : self->state.erase_waiters)
-            w.deliver(self->state.status);
-          self->quit();
-        },
-        [self](const caf::error& err) {
-          // Not deleted: it goes on as before, and the caller hears why.
-          self->state.activity = proxy_activity::idle;
-          transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
-          for (auto& w : self->state.erase_waiters)
-            w.deliver(err);
-          self->state.erase_waiters.clear();
-        });
+      if (st.activity == proxy_activity::idle) {
+        erase(self);
+        return rp;
+      }
+      // A step is in flight (a create, say): deleting now could race it and
+      // leave a VM no proxy owns. The erase starts when the step answers.
+      auto before = st.status;
+      st.erase_after_step = true;
+      st.status.phase = proxy_phase::deleting;
+      publish(self, before);
       return rp;
     },
   };

@@ -69,6 +69,9 @@ struct proxy_state {
   proxy_activity activity = proxy_activity::idle;
   // A change was reported while a step was in flight: read back after it.
   bool read_after_step = false;
+  // An erase arrived while a step was in flight: it starts when the step
+  // answers (deleting alongside a create could leave a VM no proxy owns).
+  bool erase_after_step = false;
   // An operator asked for this read-back (reconcile): push its result even
   // if nothing changed, so status shows the fresh read.
   bool publish_next = false;

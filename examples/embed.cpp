@@ -11,7 +11,9 @@
 //   embed-example [path/to/testnode.xml]
 
 #include <chrono>
+#include <ctime>
 #include <iostream>
+#include <thread>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -28,7 +30,7 @@ using namespace std::chrono_literals;
 
 // The application's own actor: polls the fleet through its typed handle.
 caf::behavior watcher(caf::event_based_actor* self, egress::fleet_actor fleet,
-                      caf::actor reply_to) {
+                      caf::actor reply_to, size_t declared) {
   self->send(self, egress::atom::poll_v);
   return {
     [=](egress::atom::poll) {
@@ -38,7 +40,9 @@ caf::behavior watcher(caf::event_based_actor* self, egress::fleet_actor fleet,
             size_t running = 0;
             for (auto& p : st.proxies)
               running += p.phase == egress::proxy_phase::running;
-            if (!st.proxies.empty() && running == st.proxies.size()) {
+            // Every declared proxy, not only those that reported so far: a
+            // proxy's actor may not have run yet.
+            if (st.proxies.size() == declared && running == declared) {
               self->send(reply_to, std::move(st));
               self->quit();
               return;
@@ -90,21 +94,25 @@ int main(int argc, char** argv) {
     std::cerr << "cannot start: " << egress::render(eng.error()) << "\n";
     return 1;
   }
+  // Subscribed after the start: proxies that joined before are in the
+  // status table below, not in these lines.
   auto printer = sys.spawn(rotation_printer);
   eng->subscribe(printer);
   int rc = 0;
-  {
+  auto wait_running = [&](bool print) {
     caf::scoped_actor self{sys};
-    self->spawn(watcher, eng->fleet(), caf::actor{self});
+    self->spawn(watcher, eng->fleet(), caf::actor{self}, ec.proxies.size());
     self->receive(
       [&](egress::fleet_status& st) {
-        std::cout << egress::render_table(st, std::time(nullptr));
+        if (print)
+          std::cout << egress::render_table(st, std::time(nullptr));
       },
       caf::after(30s) >> [&] {
         std::cerr << "proxies did not converge within 30s\n";
         rc = 1;
       });
-  }
+  };
+  wait_running(true);
   // A new config through the embedding API: strictly validated, then only
   // the difference is applied (here: one proxy more; the others untouched).
   egress::proxy_spec third;
@@ -116,6 +124,8 @@ int main(int argc, char** argv) {
     std::cout << "reload: " << *summary << "\n";
   else
     std::cerr << "reload refused: " << egress::render(summary.error()) << "\n";
+  wait_running(false); // the new one too
+  std::this_thread::sleep_for(100ms); // its rotation line on its way
   if (auto err = eng->stop()) {
     std::cerr << "stop: " << egress::render(err) << "\n";
     rc = 1;

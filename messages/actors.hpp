@@ -114,7 +114,7 @@ using call_worker_actor = caf::typed_actor<
 using proxy_actor = status_interface<proxy_status>::extend<
   caf::reacts_to<atom::poll>,
   // Reconcile now (an operator's request): one read-back outside the poll
-  // schedule, skipped if one is already in flight.
+  // schedule (right after the step in flight, if there is one).
   caf::reacts_to<atom::reconcile>,
   // Its domain changed on the host (a libvirt event): it reads the domain
   // back, and leaves running at once when the change says it no longer runs.

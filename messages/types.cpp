@@ -33,9 +33,9 @@ const char* to_string(domain_change x) {
   return "unknown";
 }
 
+// Not undefined: a running domain that is undefined runs on, transient.
 bool ends_running(domain_change x) {
-  return x == domain_change::undefined || x == domain_change::stopped
-         || x == domain_change::crashed;
+  return x == domain_change::stopped || x == domain_change::crashed;
 }
 
 const char* to_string(link_state x) {

@@ -48,6 +48,12 @@ connection::open(const std::string& uri, lv::keepalive ka) {
 }
 
 connection::~connection() {
+  // Removed locally first, then (the last of its kind) told to the daemon:
+  // on a killed transport that message fails at once, and the local part
+  // still drops the callback's reference on the connection.
+  for (auto id : event_callbacks_)
+    if (virConnectDomainEventDeregisterAny(conn_, id) < 0)
+      virResetLastError();
   virConnectClose(conn_);
 }
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -50,10 +51,18 @@ public:
   /// virConnectIsAlive: false once the transport is gone.
   bool alive() const noexcept;
 
+  /// An event callback registered on this connection (providers/libvirt/
+  /// watch): deregistered by the destructor, before the close. Each holds a
+  /// reference on the connection, so without that the close would leave it
+  /// open (measured on libvirt 9.0: virConnectClose returned 1, and the
+  /// callback's free function never ran).
+  void keep_event_callback(int id) { event_callbacks_.push_back(id); }
+
 private:
   connection(virConnectPtr c, std::string uri) : conn_(c), uri_(std::move(uri)) {}
   virConnectPtr conn_;
   std::string uri_;
+  std::vector<int> event_callbacks_;
 };
 
 using connection_ptr = std::shared_ptr<connection>;

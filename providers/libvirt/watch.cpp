@@ -49,8 +49,10 @@ int register_one(connection& c, int id, virConnectDomainEventGenericCallback cb,
                  const domain_sink& sink) {
   auto copy = std::make_unique<domain_sink>(sink);
   int n = virConnectDomainEventRegisterAny(c.get(), nullptr, id, cb, copy.get(), free_sink);
-  if (n >= 0)
+  if (n >= 0) {
     copy.release(); // libvirt owns it now and frees it with free_sink
+    c.keep_event_callback(n);
+  }
   return n;
 }
 

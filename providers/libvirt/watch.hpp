@@ -21,8 +21,9 @@ using domain_sink = std::function<void(const std::string& name, domain_change ch
 
 /// Registers lifecycle events (and agent lifecycle events, where the driver
 /// has them) of all domains of `c`, each handed to `sink`. A registration
-/// lives as long as its connection: a new connection needs a new one. An
-/// error means no lifecycle events on this connection.
+/// lives as long as its connection (whose destructor deregisters it): a new
+/// connection needs a new one. An error means no lifecycle events on this
+/// connection.
 caf::error watch_domains(connection& c, domain_sink sink);
 
 /// Every domain of the host with its state, in one round trip

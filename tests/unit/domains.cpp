@@ -2,10 +2,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <libvirt/libvirt.h>
@@ -15,6 +18,7 @@
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domain_xml.hpp"
 #include "providers/libvirt/domains.hpp"
+#include "providers/libvirt/watch.hpp"
 
 using namespace egress;
 namespace fs = std::filesystem;
@@ -313,4 +317,23 @@ BOOST_AUTO_TEST_CASE(parse_address_source_names) {
   auto bad = lv::parse_address_source("dhcp");
   BOOST_REQUIRE(!bad);
   BOOST_TEST(kind(bad.error()) == "permanent");
+}
+
+// An event registration holds a reference on its connection: unless the
+// connection deregisters it, closing leaves the connection open and the
+// sink alive, one of each per dial (docs/spec.md 27).
+BOOST_AUTO_TEST_CASE(spec_27_a_watched_connection_closes_and_frees_its_sink) {
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> held = token;
+  {
+    auto c = lv::connection::open("test:///default");
+    BOOST_REQUIRE(c);
+    auto err = lv::watch_domains(**c, [token](const std::string&, domain_change) {});
+    BOOST_REQUIRE_MESSAGE(!err, render(err));
+    token.reset();
+    BOOST_CHECK(!held.expired()); // libvirt holds the sink
+  }
+  for (int i = 0; i < 200 && !held.expired(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  BOOST_CHECK(held.expired());
 }
