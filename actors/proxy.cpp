@@ -533,8 +533,10 @@ void erase(proxy_pointer self) {
       self->quit();
     },
     [self](const caf::error& err) {
-      self->state.activity = proxy_activity::idle;
-      transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
+      // Back to what it did: idle, or still waiting for its images.
+      auto& st = self->state;
+      st.activity = st.ensures_left > 0 ? proxy_activity::awaiting_images : proxy_activity::idle;
+      transition(self, st.activity, [&] { record_error(self, err, false); });
       for (auto& w : self->state.erase_waiters)
         w.deliver(err);
       self->state.erase_waiters.clear();
@@ -581,7 +583,10 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       st.erase_waiters.push_back(rp);
       if (st.activity == proxy_activity::erasing || st.erase_after_step)
         return rp;
-      if (st.activity == proxy_activity::idle) {
+      // Waiting for images is no libvirt step: nothing to race, and a fill
+      // may take its whole budget. Their late answers change nothing then.
+      if (st.activity == proxy_activity::idle
+          || st.activity == proxy_activity::awaiting_images) {
         erase(self);
         return rp;
       }
