@@ -11,7 +11,11 @@ namespace {
 // proxy knows what it believes, the link does not. (A diff against the
 // previous bulk read would miss a domain created after it and gone while the
 // link was dead: absent both times.)
-void on_bulk_read(host_link_pointer self, std::vector<domain_brief>& briefs) {
+// A bulk read: when it started, and what it found.
+using bulk_reading = std::pair<caf::timespan, std::vector<domain_brief>>;
+
+void on_bulk_read(host_link_pointer self, bulk_reading& read) {
+  auto& [taken, briefs] = read;
   auto& st = self->state;
   ++st.bulk_reads;
   std::map<std::string, domain_brief*> by_name;
@@ -19,8 +23,9 @@ void on_bulk_read(host_link_pointer self, std::vector<domain_brief>& briefs) {
     by_name.emplace(b.name, &b);
   for (auto& [name, proxy] : st.watchers) {
     auto i = by_name.find(name);
-    self->send(proxy, i != by_name.end() ? std::move(*i->second)
-                                         : domain_brief{name, false, {}, domain_state::nostate});
+    self->send(proxy, i != by_name.end()
+                        ? std::move(*i->second)
+                        : domain_brief{name, false, {}, domain_state::nostate, taken});
   }
 }
 
@@ -30,10 +35,13 @@ void start_bulk_read(host_link_pointer self) {
     return;
   st.bulk_reading = true;
   call_job job{"bulk read", [](lv::connection& c) -> caf::expected<std::any> {
+                 auto taken = host_link_state::clock::now().time_since_epoch();
                  auto briefs = lv::read_states(c);
                  if (!briefs)
                    return briefs.error();
-                 return std::any{std::move(*briefs)};
+                 for (auto& b : *briefs)
+                   b.taken = taken;
+                 return std::any{bulk_reading{taken, std::move(*briefs)}};
                }};
   // Through the link's own queue, like any caller's job: under its limit and
   // its budget, on its pool.
@@ -41,7 +49,7 @@ void start_bulk_read(host_link_pointer self) {
     .then(
       [self](call_result& r) {
         self->state.bulk_reading = false;
-        on_bulk_read(self, *std::any_cast<std::vector<domain_brief>>(&r.value));
+        on_bulk_read(self, *std::any_cast<bulk_reading>(&r.value));
         if (self->state.opts.sink)
           self->send(self->state.opts.sink, self->state.snapshot());
       },
@@ -112,7 +120,7 @@ void on_redial_tick(host_link_pointer self) {
     arm_redial(self);
     return;
   }
-  if (auto why = redial_if_due(self)) {
+  if (redial_if_due(self)) {
     // Too many abandoned calls: look again after the longest backoff.
     st.redial_armed = true;
     self->delayed_send(self, st.opts.redial_max, atom::link_v);

@@ -2,8 +2,8 @@
 // The host link's watch over its host's domains (docs/spec.md 27): libvirt's
 // events, registered on every dial before the link is up, and a bulk read of
 // every domain's state right after each dial and then at the safety-net
-// interval. Both reach the watching proxies as domain_events; no proxy reads
-// its domain on a timer once it runs.
+// interval. Events reach the watching proxies as domain_events, bulk reads as
+// one domain_brief each; no proxy reads its domain on a timer once it runs.
 
 #include "actors/host_link.hpp"
 #include "providers/libvirt/watch.hpp"

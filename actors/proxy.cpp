@@ -40,19 +40,6 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
   return mirror::sha256_hex(text);
 }
 
-const char* to_string(proxy_activity x) {
-  switch (x) {
-    case proxy_activity::idle: return "idle";
-    case proxy_activity::reading: return "reading";
-    case proxy_activity::awaiting_images: return "awaiting images";
-    case proxy_activity::creating: return "creating";
-    case proxy_activity::starting: return "starting";
-    case proxy_activity::replacing: return "replacing";
-    case proxy_activity::erasing: return "erasing";
-  }
-  return "unknown";
-}
-
 namespace {
 
 // What counts as a change worth pushing to the sink (the fleet's view, the
@@ -87,13 +74,13 @@ void arm_poll(proxy_pointer self) {
   self->delayed_send(self, st.opts.poll_interval, atom::poll_v);
 }
 
+void erase(proxy_pointer self);
+
 // Every step goes through here: `next` becomes the activity, `change` edits
 // the status (and may start the next step), the status is pushed if it
 // changed, and a proxy left idle reads back what was reported meanwhile and
 // arms its poll timer if it is not settled. An erase outranks every step: a
 // step's late answer changes nothing then.
-void erase(proxy_pointer self);
-
 template <class Change>
 void transition(proxy_pointer self, proxy_activity next, Change&& change) {
   auto& st = self->state;
@@ -116,6 +103,13 @@ void transition(proxy_pointer self, proxy_activity next, Change&& change) {
     return;
   }
   arm_poll(self);
+}
+
+// A step whose answer is a fresh look at the domain (a read, a create, a
+// start followed by a read): bulk-read briefs taken before it are stale.
+void begin_looking(proxy_state& st, proxy_activity step) {
+  st.activity = step;
+  st.last_read_at = std::chrono::steady_clock::now().time_since_epoch();
 }
 
 void record_error(proxy_pointer self, const caf::error& err, bool permanent_fails) {
@@ -233,7 +227,7 @@ void start(proxy_pointer self) {
   st.status.phase = proxy_phase::creating;
   st.status.address.clear();
   st.status.grace_left = 0;
-  st.activity = proxy_activity::starting;
+  begin_looking(st, proxy_activity::starting);
   auto name = st.opts.spec.name;
   link_call<void>(
     self, st.opts.link, st.opts.call_timeout, "start " + name,
@@ -369,7 +363,7 @@ void create(proxy_pointer self) {
     return;
   }
   st.status.phase = proxy_phase::creating;
-  st.activity = proxy_activity::creating;
+  begin_looking(st, proxy_activity::creating);
   link_call<domain_reading>(
     self, st.opts.link, st.opts.call_timeout, "create " + st.opts.spec.name, std::move(*job),
     [self](domain_reading& r) {
@@ -439,7 +433,7 @@ void poll(proxy_pointer self) {
     st.read_after_step = true;
     return;
   }
-  st.activity = proxy_activity::reading;
+  begin_looking(st, proxy_activity::reading);
   auto name = st.opts.spec.name;
   auto sources = sources_of(st.opts.address_sources);
   auto t0 = std::chrono::steady_clock::now();
@@ -500,6 +494,8 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
 // other proxy reads on its timer anyway.
 void on_domain_brief(proxy_pointer self, const domain_brief& b) {
   auto& st = self->state;
+  if (b.taken < st.last_read_at)
+    return; // read before this proxy's own last look at its domain
   bool other_domain = b.exists && !st.domain_uuid.empty() && b.uuid != st.domain_uuid;
   if (b.exists)
     st.domain_uuid = b.uuid;

@@ -59,8 +59,6 @@ enum class proxy_activity : uint8_t {
   erasing,         // deleting it for good: outranks everything else
 };
 
-const char* to_string(proxy_activity x);
-
 struct proxy_state {
   std::string name = "proxy";
   proxy_options opts;
@@ -79,6 +77,9 @@ struct proxy_state {
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly
   std::string domain_uuid;    // as the link's last bulk read saw it
+  // When its last read-back (or create, or start) began: older briefs are
+  // stale (steady clock, as domain_brief::taken).
+  caf::timespan last_read_at{0};
   uint32_t ensures_left = 0;
   // The images it needs, verified in the pool, by role: disk, kernel, initrd.
   std::map<std::string, image_ready> ready;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <caf/meta/type_name.hpp>
+#include <caf/timespan.hpp>
 
 namespace egress {
 
@@ -149,11 +150,14 @@ struct domain_brief {
   bool exists = true;
   std::string uuid; // a domain undefined and defined again gets a new one
   domain_state state = domain_state::nostate;
+  // When the bulk read started (steady clock, this process): a brief older
+  // than the proxy's own last read-back tells it nothing new.
+  caf::timespan taken{0};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_brief& x) {
-  return f(caf::meta::type_name("domain_brief"), x.name, x.exists, x.uuid, x.state);
+  return f(caf::meta::type_name("domain_brief"), x.name, x.exists, x.uuid, x.state, x.taken);
 }
 
 /// What one read-back of one domain found.

@@ -40,12 +40,7 @@ struct fixture : test::engine_fixture {
   test::test_driver_daemons d;
   // Out of band: a connection of its own to the daemon, as an operator's
   // virsh would be. It also keeps the test driver's state.
-  lv::connection_ptr witness = [this] {
-    auto c = lv::connection::open(d.lv.uri("test"));
-    if (!c)
-      throw std::runtime_error(render(c.error()));
-    return *c;
-  }();
+  lv::connection_ptr witness = test::witness(d.lv.uri("test"));
 
   // No proxy polls once it runs: a minute between polls and between bulk
   // reads, so only an event (or the resync after a dial) can be what a

@@ -22,12 +22,7 @@ struct fixture : test::engine_fixture {
   test::test_driver_daemons d;
   // The daemon's test driver keeps its state while a connection is open:
   // this one holds it across engine restarts, as a real host's disks would.
-  lv::connection_ptr witness = [this] {
-    auto c = lv::connection::open(d.lv.uri("test"));
-    if (!c)
-      throw std::runtime_error(render(c.error()));
-    return *c;
-  }();
+  lv::connection_ptr witness = test::witness(d.lv.uri("test"));
 
   engine_config config(const std::vector<std::string>& names) {
     auto cfg = test::test_config("life-ssh");

@@ -125,10 +125,11 @@ struct stop_on_exit {
 };
 
 /// test:///default keeps its state only while a connection to it is open:
-/// a witness holds it across engine restarts (as a real libvirtd would) and
+/// a witness (of it, or of the daemon at `uri`) holds it across engine
+/// restarts (as a real libvirtd would) and
 /// reads back what the engine did.
-inline lv::connection_ptr witness() {
-  auto c = lv::connection::open("test:///default");
+inline lv::connection_ptr witness(const std::string& uri = "test:///default") {
+  auto c = lv::connection::open(uri);
   // Not BOOST_REQUIRE_MESSAGE: Boost builds the message even on success.
   if (!c)
     BOOST_FAIL(render(c.error()));
