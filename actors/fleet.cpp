@@ -121,6 +121,7 @@ void spawn_link(fleet_pointer self, const host_config& h) {
   o.redial_min = st.cfg.redial_min;
   o.redial_max = st.cfg.redial_max;
   o.bulk_read_interval = st.cfg.bulk_read_interval;
+  o.lease_interval = st.cfg.poll_interval;
   o.keepalive_interval_s = static_cast<int>(
     std::chrono::duration_cast<std::chrono::seconds>(h.keepalive_interval).count());
   o.keepalive_count = h.keepalive_count;

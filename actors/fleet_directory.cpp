@@ -41,7 +41,8 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
                          kv("limit", s.limit), kv("dials", s.dials), kv("deaths", s.deaths),
                          kv("budget overruns", s.overruns),
                          kv("abandoned calls running", s.abandoned_calls),
-                         kv("domain events", s.events), kv("bulk reads", s.bulk_reads)};
+                         kv("domain events", s.events), kv("bulk reads", s.bulk_reads),
+                         kv("lease reads", s.lease_reads)};
     }
     out.push_back(std::move(e));
   }

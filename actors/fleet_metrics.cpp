@@ -129,6 +129,9 @@ std::string fleet_view::metrics() const {
     {"egress_link_bulk_reads_total", "counter",
      "Bulk reads of every domain's state: after each dial and as the safety net.",
      [](const link_status& s) { return double(s.bulk_reads); }},
+    {"egress_link_lease_reads_total", "counter",
+     "Bulk reads that listed the host's DHCP leases (one call per network).",
+     [](const link_status& s) { return double(s.lease_reads); }},
   };
   for (auto& f : link_families) {
     x.family(f.name, f.type, f.help);

@@ -83,6 +83,12 @@ void return_worker(host_link_pointer self, const call_worker_actor& w) {
     st.idle_workers.push_back(w);
 }
 
+// The host answered a call (its job's own error counts: libvirt served it).
+void note_served(host_link_state& st) {
+  st.served = true;
+  st.failures = 0;
+}
+
 void run_call(host_link_pointer self, host_link_state::pending p) {
   auto& st = self->state;
   auto id = p.id;
@@ -107,6 +113,7 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
         return_worker(self, worker);
         i->second.rp.deliver(std::move(r));
         st.in_flight.erase(i);
+        note_served(st);
         pump(self);
       },
       [self, id, gen, what, budget, worker](caf::error& err) {
@@ -143,10 +150,12 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
         else
           return_worker(self, worker);
         rp.deliver(err);
-        if (kills_link(err) && gen == st.generation)
+        if (kills_link(err) && gen == st.generation) {
           mark_dead(self, render(err));
-        else
+        } else {
+          note_served(st);
           pump(self);
+        }
       });
 }
 
@@ -190,7 +199,8 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
         }
         st.conn = std::any_cast<std::shared_ptr<lv::connection>>(r.value);
         st.state = link_state::up;
-        st.failures = 0;
+        st.served = false;
+        st.leases = lease_view::not_read;
         log::info("link", st.opts.host + ": up (" + st.transport->uri() + ")");
         pump(self);
         on_link_up(self);
@@ -310,6 +320,7 @@ link_status host_link_state::snapshot() const {
   s.abandoned_calls = static_cast<uint32_t>(calls.abandoned_running());
   s.events = events;
   s.bulk_reads = bulk_reads;
+  s.lease_reads = lease_reads;
   return s;
 }
 
@@ -317,6 +328,9 @@ void mark_dead(host_link_pointer self, std::string reason) {
   auto& st = self->state;
   if (st.state == link_state::dead)
     return; // exactly once per generation
+  // An up link that dies before serving a call counts as a failed dial.
+  if (st.state == link_state::up && !st.served)
+    ++st.failures;
   st.state = link_state::dead;
   st.reason = reason;
   ++st.deaths;
@@ -402,7 +416,8 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
         publish(self);
       return;
     }
-    std::erase_if(st.watchers, [&](auto& kv) { return kv.second.address() == msg.source; });
+    std::erase_if(st.watchers,
+                  [&](auto& kv) { return kv.second.proxy.address() == msg.source; });
     auto& subs = self->state.subscribers;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
                               [&](const link_events_actor& s) {
@@ -443,6 +458,8 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
     [self](atom::subscribe, std::string& name, proxy_actor& proxy) {
       add_watcher(self, std::move(name), std::move(proxy));
     },
+    [self](address_watch& w) { on_address_watch(self, w); },
+    [self](atom::lease) { on_lease_tick(self); },
     [self](domain_event& ev) { forward_event(self, ev); },
     [self](atom::poll) { on_safety_net_tick(self); },
     [self](atom::link) { on_redial_tick(self); },

@@ -46,6 +46,10 @@ struct host_link_options {
   // The safety net under libvirt's events: a bulk read of every domain's
   // state this often while proxies watch their domains (actors/host_link_watch).
   caf::timespan bulk_read_interval = std::chrono::seconds(30);
+  // While a watching proxy waits for an address (none yet, or inside its IP
+  // grace), the bulk read with the host's leases runs this often instead
+  // (the engine's poll interval): what each proxy's own poll did before.
+  caf::timespan lease_interval = std::chrono::seconds(2);
   transport_factory make_transport;
   status_sink_actor sink; // receives link_status on every change (optional)
 };
@@ -89,12 +93,28 @@ struct host_link_state {
   uint64_t deaths = 0;
   uint64_t overruns = 0; // calls that ran past their budget
   std::vector<link_events_actor> subscribers;
+  // A proxy watching its domain: what it said of its MACs and its wait.
+  struct watcher {
+    proxy_actor proxy;
+    std::vector<std::string> macs;
+    bool waiting = false; // for an address: the lease timer runs
+  };
   // Proxies watching their domains, by domain name.
-  std::map<std::string, proxy_actor> watchers;
+  std::map<std::string, watcher> watchers;
   bool bulk_reading = false; // one bulk read at a time
   bool redial_armed = false; // one redial timer at a time
+  bool lease_armed = false;  // one lease timer at a time
+  // Whether this dial's host can list leases: `unsupported` stops asking
+  // until the next dial (a host behind the same name may differ then).
+  lease_view leases = lease_view::not_read;
+  // A call answered since the link came up: the dial backoff starts over
+  // only then, so a link that dies before serving anything (a resync past
+  // its budget, say) backs off further each time instead of redialing at
+  // the shortest backoff forever.
+  bool served = false;
   uint64_t events = 0;
   uint64_t bulk_reads = 0;
+  uint64_t lease_reads = 0;
   // Every detached call this link started (jobs, dials, its pump, kills):
   // what `caf-shell ls calls` shows.
   call_ledger calls;

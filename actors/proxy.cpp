@@ -11,6 +11,7 @@
 #include "base/log.hpp"
 #include "base/time_text.hpp"
 #include "messages/error.hpp"
+#include "providers/libvirt/domain_xml.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/provision/proxy_vm.hpp"
@@ -50,25 +51,68 @@ bool worth_pushing(const proxy_status& a, const proxy_status& b) {
          || a.replaced != b.replaced;
 }
 
-void publish(proxy_pointer self, const proxy_status& before) {
-  auto& st = self->state;
-  if ((worth_pushing(st.status, before) || st.publish_next) && st.opts.sink)
-    self->send(st.opts.sink, st.status);
-  st.publish_next = false;
-}
-
 // Running on an address it read back, outside its IP grace: nothing to wait
 // for, so no timer; its link's events and bulk reads say when to look again.
 bool settled(const proxy_state& st) {
   return st.status.phase == proxy_phase::running && st.status.grace_left == 0;
 }
 
+bool lease_first(const proxy_state& st) {
+  return !st.opts.address_sources.empty() && st.opts.address_sources.front() == "lease";
+}
+
+// Its domain runs (as last read) and it has no address, or keeps its last
+// one inside the IP grace: an address is what it waits for.
+bool waits_for_address(const proxy_state& st) {
+  auto phase = st.status.phase;
+  return !settled(st) && (phase == proxy_phase::provisioning || phase == proxy_phase::running);
+}
+
+// The link brings its address: one lease list per network for the host
+// (docs/spec.md 28), so no poll of its own while it waits for one.
+bool link_brings_address(const proxy_state& st) {
+  return lease_first(st) && !st.macs.empty() && st.link_leases == lease_view::read;
+}
+
+// The link learns its MACs once and each change of its wait.
+void tell_link(proxy_pointer self) {
+  auto& st = self->state;
+  if (!lease_first(st) || st.macs.empty())
+    return;
+  bool waiting = waits_for_address(st);
+  if (st.macs_told && st.waiting_told == waiting)
+    return;
+  st.macs_told = true;
+  st.waiting_told = waiting;
+  self->send(st.opts.link, address_watch{st.opts.spec.name, st.macs, waiting});
+}
+
+void publish(proxy_pointer self, const proxy_status& before) {
+  auto& st = self->state;
+  if ((worth_pushing(st.status, before) || st.publish_next) && st.opts.sink)
+    self->send(st.opts.sink, st.status);
+  st.publish_next = false;
+  tell_link(self);
+}
+
+void learn_macs(proxy_state& st, std::vector<std::string>& macs) {
+  if (macs.empty() || macs == st.macs)
+    return;
+  st.macs = std::move(macs);
+  st.macs_told = false;
+}
+
 void poll(proxy_pointer self);
 
-// The poll timer runs only while the proxy is not settled (one at a time).
+// The poll timer runs only while the proxy is not settled and no lease list
+// of its link brings the address it waits for (one timer at a time).
+bool polls_itself(const proxy_state& st) {
+  return !settled(st) && !(waits_for_address(st) && link_brings_address(st));
+}
+
 void arm_poll(proxy_pointer self) {
   auto& st = self->state;
-  if (st.poll_armed || settled(st) || st.activity == proxy_activity::erasing)
+  if (st.poll_armed || !polls_itself(st) || st.activity == proxy_activity::erasing)
     return;
   st.poll_armed = true;
   self->delayed_send(self, st.opts.poll_interval, atom::poll_v);
@@ -191,6 +235,7 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
     s.adopted = true;
     log::info("proxy", st.opts.spec.name + ": adopted by mark uid=" + r.mark.uid);
   }
+  learn_macs(st, r.macs);
   s.uid = r.mark.uid;
   s.created_at = r.mark.created_at;
   s.last_error.clear();
@@ -302,6 +347,11 @@ domain_spec domain_of(const proxy_state& st) {
   ds.vcpus = st.opts.spec.vcpus;
   ds.memory_mib = st.opts.spec.memory_mib;
   ds.network = st.opts.spec.network;
+  if (!ds.network.empty()) {
+    // Chosen here, so the proxy knows its lease's MAC without a read.
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    ds.mac = lv::random_mac(rng);
+  }
   if (!st.opts.console_log_dir.empty())
     ds.console_log = st.opts.console_log_dir + "/" + st.opts.spec.name + ".console.log";
   ds.mark.uid = new_uid();
@@ -436,6 +486,7 @@ void poll(proxy_pointer self) {
   begin_looking(st, proxy_activity::reading);
   auto name = st.opts.spec.name;
   auto sources = sources_of(st.opts.address_sources);
+  bool with_macs = lease_first(st) && st.macs.empty();
   auto t0 = std::chrono::steady_clock::now();
   auto took = [t0] {
     return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -444,7 +495,9 @@ void poll(proxy_pointer self) {
   };
   link_call<domain_reading>(
     self, st.opts.link, st.opts.call_timeout, "read " + name,
-    [name, sources](lv::connection& c) { return lv::read_domain(c, name, sources); },
+    [name, sources, with_macs](lv::connection& c) {
+      return lv::read_domain(c, name, sources, with_macs);
+    },
     [self, took](domain_reading& r) {
       transition(self, proxy_activity::idle, [&] {
         ++self->state.status.polls;
@@ -488,22 +541,62 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
     poll(self);
 }
 
+// A brief's leased addresses, for a proxy whose domain (read back, marked)
+// runs: an address is taken, none counts as a read without one (the IP
+// grace). A lease missing with another source configured is read from the
+// domain itself (its agent, its ARP entry).
+void take_leased(proxy_pointer self, const std::vector<std::string>& addresses) {
+  auto& st = self->state;
+  transition(self, proxy_activity::idle, [&] {
+    auto& s = st.status;
+    if (!addresses.empty()) {
+      if (s.address != addresses.front() && !s.address.empty())
+        log::info("proxy", st.opts.spec.name + ": its lease moved from " + s.address + " to "
+                             + addresses.front());
+      s.address = addresses.front();
+      s.phase = proxy_phase::running;
+      s.grace_left = 0;
+      return;
+    }
+    if (s.phase == proxy_phase::running && !keep_in_grace(st)) {
+      s.address.clear();
+      s.phase = proxy_phase::provisioning;
+    }
+    if (s.phase == proxy_phase::provisioning && st.opts.address_sources.size() > 1)
+      st.read_after_step = true;
+  });
+}
+
 // The link's bulk read says what the host has under this proxy's name. A
 // settled proxy believes its domain runs: if it does not (or it is another
-// domain by now, a new uuid), an event was missed, and it reads back. Any
-// other proxy reads on its timer anyway.
-void on_domain_brief(proxy_pointer self, const domain_brief& b) {
+// domain by now, a new uuid), an event was missed, and it reads back. With
+// the host's leases read, the brief also brings its address (docs/spec.md
+// 28); a host that cannot list them leaves the proxy to poll for it.
+void on_domain_brief(proxy_pointer self, domain_brief& b) {
   auto& st = self->state;
   if (b.taken < st.last_read_at)
     return; // read before this proxy's own last look at its domain
   bool other_domain = b.exists && !st.domain_uuid.empty() && b.uuid != st.domain_uuid;
   if (b.exists)
     st.domain_uuid = b.uuid;
-  if (!settled(st) || st.activity != proxy_activity::idle)
+  if (other_domain) {
+    st.macs.clear(); // another domain's NICs: read again
+    st.macs_told = false;
+  }
+  if (b.leases != lease_view::not_read)
+    st.link_leases = b.leases;
+  if (st.activity != proxy_activity::idle || st.erase_after_step)
     return;
   bool runs = b.exists && (b.state == domain_state::running || b.state == domain_state::blocked);
-  if (runs && !other_domain)
+  if (runs && !other_domain) {
+    if (b.leases == lease_view::read && (waits_for_address(st) || settled(st)))
+      take_leased(self, b.addresses);
+    else
+      arm_poll(self); // a host without lease lists: it polls for its address
     return;
+  }
+  if (!settled(st))
+    return; // it reads on its own timer
   log::warn("proxy", st.opts.spec.name + ": the bulk read finds its domain "
                        + (b.exists ? std::string{to_string(b.state)} : "missing")
                        + (other_domain ? " (another uuid)" : "") + "; reading it back");
@@ -563,7 +656,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       st.poll_armed = false;
       if (st.activity == proxy_activity::erasing)
         return;
-      if (!settled(st))
+      if (polls_itself(st))
         poll(self);
       arm_poll(self);
     },

@@ -9,7 +9,10 @@
 // It reads its domain back when it acts, when its link tells it the domain
 // changed (a libvirt event or the link's bulk read, docs/spec.md 27), and
 // on its poll timer only while it is not settled (not yet running with an
-// address, or inside its IP grace): a fleet at rest does not poll.
+// address, or inside its IP grace): a fleet at rest does not poll. Where
+// its first address source is the lease and its host lists leases, even
+// that wait is the link's: one lease list per network for every proxy of
+// the host, pushed in its briefs (docs/spec.md 28).
 
 #include <map>
 #include <string>
@@ -77,6 +80,14 @@ struct proxy_state {
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly
   std::string domain_uuid;    // as the link's last bulk read saw it
+  // Its domain's MACs (from its spec at create, or read once): the link
+  // finds its leases by them (docs/spec.md 28).
+  std::vector<std::string> macs;
+  // What the link's briefs say of the host's leases: `read` means the link
+  // brings this proxy its leased address, and the proxy does not poll for it.
+  lease_view link_leases = lease_view::not_read;
+  bool macs_told = false;    // the link has its current MACs
+  bool waiting_told = false; // what the link was last told of its wait
   // When its last read-back (or create, or start) began: older briefs are
   // stale (steady clock, as domain_brief::taken).
   caf::timespan last_read_at{0};

@@ -120,7 +120,8 @@ using proxy_actor = status_interface<proxy_status>::extend<
   // back, and leaves running at once when the change says it no longer runs.
   caf::reacts_to<domain_event>,
   // Its domain as the link's bulk read saw it: read back if that is not what
-  // the proxy believes (an event was missed, the link was dead).
+  // the proxy believes (an event was missed, the link was dead); its leased
+  // addresses, if the link read the host's leases.
   caf::reacts_to<domain_brief>,
   // Deletes the VM (destroy, undefine) and answers once it is gone.
   caf::replies_to<atom::erase>::with<proxy_status>>;
@@ -141,6 +142,12 @@ using host_link_actor = status_interface<link_status>::extend_with<
   // domain_event of that name and its domain_brief from every bulk read
   // (kept until the proxy terminates).
   caf::reacts_to<atom::subscribe, std::string, proxy_actor>,
+  // A watching proxy names its domain's MACs and whether it waits for an
+  // address: its briefs then carry its leased addresses, read every lease
+  // interval while any proxy waits (docs/spec.md 28).
+  caf::reacts_to<address_watch>,
+  // Internal: the lease timer, running while a proxy waits for an address.
+  caf::reacts_to<atom::lease>,
   // Internal: libvirt's event loop hands an event on (actors/host_link_watch).
   caf::reacts_to<domain_event>,
   // Internal: the safety net's timer (a bulk read of every domain's state).

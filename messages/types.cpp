@@ -33,6 +33,15 @@ const char* to_string(domain_change x) {
   return "unknown";
 }
 
+const char* to_string(lease_view x) {
+  switch (x) {
+    case lease_view::not_read: return "not_read";
+    case lease_view::read: return "read";
+    case lease_view::unsupported: return "unsupported";
+  }
+  return "unknown";
+}
+
 // Not undefined: a running domain that is undefined runs on, transient.
 bool ends_running(domain_change x) {
   return x == domain_change::stopped || x == domain_change::crashed;

@@ -83,6 +83,7 @@ struct domain_spec {
   std::string kernel;      // path of the kernel to boot directly; empty = none
   std::string initrd;      // its initramfs (only with a kernel)
   std::string cmdline;     // its command line (only with a kernel)
+  std::string mac;         // its NIC's MAC ("52:54:00:..."); empty = libvirt picks one
   domain_mark mark;
 };
 
@@ -90,7 +91,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_spec& x) {
   return f(caf::meta::type_name("domain_spec"), x.name, x.domain_type, x.vcpus,
            x.memory_mib, x.network, x.console_log, x.disk, x.disk_format, x.seed,
-           x.kernel, x.initrd, x.cmdline, x.mark);
+           x.kernel, x.initrd, x.cmdline, x.mac, x.mark);
 }
 
 /// libvirt's virDomainState, in our own words.
@@ -142,9 +143,19 @@ typename Inspector::result_type inspect(Inspector& f, domain_event& x) {
   return f(caf::meta::type_name("domain_event"), x.host, x.name, x.change, x.generation);
 }
 
+/// Whether a bulk read listed the host's DHCP leases (docs/spec.md 28).
+enum class lease_view : uint8_t {
+  not_read = 0,    // not this time (no MAC known to the link, or the read failed)
+  read = 1,        // read: `addresses` is what the leases give its MACs (maybe none)
+  unsupported = 2, // the host cannot list leases (no network driver): read your own
+};
+
+const char* to_string(lease_view x);
+
 /// One domain as a bulk read sees it: enough for its proxy to tell whether
 /// it is what the proxy believes (a bulk read pushes one to every watching
-/// proxy; one whose domain is missing gets exists == false).
+/// proxy; one whose domain is missing gets exists == false), and, from the
+/// host's lease lists, the addresses of its MACs.
 struct domain_brief {
   std::string name;
   bool exists = true;
@@ -153,11 +164,29 @@ struct domain_brief {
   // When the bulk read started (steady clock, this process): a brief older
   // than the proxy's own last read-back tells it nothing new.
   caf::timespan taken{0};
+  lease_view leases = lease_view::not_read;
+  std::vector<std::string> addresses; // with leases == read: its leased addresses
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_brief& x) {
-  return f(caf::meta::type_name("domain_brief"), x.name, x.exists, x.uuid, x.state, x.taken);
+  return f(caf::meta::type_name("domain_brief"), x.name, x.exists, x.uuid, x.state, x.taken,
+           x.leases, x.addresses);
+}
+
+/// A proxy tells its link the MACs of its domain, and whether it waits for
+/// an address (none yet, or inside its IP grace): while any proxy waits, the
+/// link reads the host's leases every lease interval instead of only with
+/// its safety-net bulk read.
+struct address_watch {
+  std::string name;
+  std::vector<std::string> macs;
+  bool waiting = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, address_watch& x) {
+  return f(caf::meta::type_name("address_watch"), x.name, x.macs, x.waiting);
 }
 
 /// What one read-back of one domain found.
@@ -168,13 +197,14 @@ struct domain_reading {
   bool has_mark = false;
   domain_mark mark;
   std::vector<std::string> addresses; // "10.0.0.5" (no prefix length)
+  std::vector<std::string> macs;      // its NICs' MACs, when asked for or known from its spec
   std::vector<std::string> notes;     // per-source failures that did not fail the read
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_reading& x) {
   return f(caf::meta::type_name("domain_reading"), x.name, x.exists, x.state,
-           x.has_mark, x.mark, x.addresses, x.notes);
+           x.has_mark, x.mark, x.addresses, x.macs, x.notes);
 }
 
 // -- status snapshots ---------------------------------------------------------
@@ -196,13 +226,14 @@ struct link_status {
   uint32_t abandoned_calls = 0; // given up on, their threads still running
   uint64_t events = 0;          // domain events received (all generations)
   uint64_t bulk_reads = 0;      // bulk reads of every domain's state done
+  uint64_t lease_reads = 0;     // of them, those that listed the host's DHCP leases
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, link_status& x) {
   return f(caf::meta::type_name("link_status"), x.host, x.state, x.reason,
            x.in_flight, x.queued, x.limit, x.dials, x.deaths, x.overruns,
-           x.abandoned_calls, x.events, x.bulk_reads);
+           x.abandoned_calls, x.events, x.bulk_reads, x.lease_reads);
 }
 
 enum class proxy_phase : uint8_t {

@@ -1,5 +1,7 @@
 #include "providers/libvirt/domain_xml.hpp"
 
+#include <cctype>
+#include <cstdio>
 #include <sstream>
 
 #include <pugixml.hpp>
@@ -27,6 +29,17 @@ bool all_of(std::string_view s, bool (*pred)(char)) {
 
 bool lower_hex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+// "52:54:00:ab:cd:ef": six lowercase hex pairs, as libvirt writes a MAC
+// (and as a lease list names it, so the two compare as strings).
+bool mac_text(std::string_view s) {
+  if (s.size() != 17)
+    return false;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (i % 3 == 2 ? s[i] != ':' : !lower_hex(s[i]))
+      return false;
+  return true;
 }
 
 bool timestamp_char(char c) {
@@ -68,6 +81,8 @@ caf::error check_spec(const domain_spec& s) {
   if (!s.network.empty())
     if (auto err = check_name("domain.network", s.network))
       return err;
+  if (!s.mac.empty() && !mac_text(s.mac))
+    return bad("domain.mac", s.mac, "must be six lowercase hex pairs joined by ':'");
   auto check_path = [](const char* what, const std::string& p) -> caf::error {
     if (p.empty())
       return {};
@@ -231,6 +246,8 @@ caf::expected<std::string> build_domain_xml(const domain_spec& spec) {
   if (!spec.network.empty()) {
     auto nic = devices.append_child("interface");
     nic.append_attribute("type") = "network";
+    if (!spec.mac.empty())
+      nic.append_child("mac").append_attribute("address") = spec.mac.c_str();
     nic.append_child("source").append_attribute("network") = spec.network.c_str();
     nic.append_child("model").append_attribute("type") = "virtio";
   }
@@ -277,6 +294,32 @@ caf::expected<std::optional<domain_mark>> parse_mark(std::string_view xml) {
   if (local_name(root) == "mark" && (ns.empty() || ns == mark_namespace))
     return std::optional{read_mark(root)};
   return std::optional<domain_mark>{};
+}
+
+caf::expected<std::vector<std::string>> parse_macs(std::string_view xml) {
+  pugi::xml_document doc;
+  auto res = doc.load_buffer(xml.data(), xml.size());
+  if (!res)
+    return make_error(ec::xml_error, std::string{"parse MACs: "} + res.description()
+                                       + " at offset " + std::to_string(res.offset));
+  std::vector<std::string> out;
+  for (auto nic : doc.document_element().child("devices").children("interface")) {
+    std::string mac = nic.child("mac").attribute("address").value();
+    for (auto& c : mac)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (mac_text(mac))
+      out.push_back(std::move(mac));
+  }
+  return out;
+}
+
+std::string random_mac(std::minstd_rand& rng) {
+  // 52:54:00 is the prefix libvirt and QEMU give their own MACs: locally
+  // administered, unicast. The other three bytes are random, as libvirt's.
+  std::uniform_int_distribution<int> byte{0, 255};
+  char buf[18];
+  std::snprintf(buf, sizeof buf, "52:54:00:%02x:%02x:%02x", byte(rng), byte(rng), byte(rng));
+  return buf;
 }
 
 } // namespace egress::lv

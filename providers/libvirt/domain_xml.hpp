@@ -3,8 +3,10 @@
 // engine's metadata mark read back from it.
 
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -29,5 +31,13 @@ caf::expected<std::string> build_mark_xml(const domain_mark& mark);
 /// returned by virDomainGetMetadata). Returns nullopt if there is none;
 /// an error only if the XML itself cannot be parsed.
 caf::expected<std::optional<domain_mark>> parse_mark(std::string_view xml);
+
+/// The MACs of a domain's interfaces, from its full XML (virDomainGetXMLDesc),
+/// lowercased as lease lists write them. Interfaces without one are skipped.
+caf::expected<std::vector<std::string>> parse_macs(std::string_view xml);
+
+/// A new MAC for a domain's NIC, chosen by the engine so that the proxy knows
+/// it from its own spec: no read-back needed to find its lease.
+std::string random_mac(std::minstd_rand& rng);
 
 } // namespace egress::lv

@@ -120,6 +120,20 @@ caf::error read_state(virDomainPtr dom, domain_reading& r) {
   return {};
 }
 
+// The MACs of its interfaces, from its XML (one round trip).
+caf::error read_macs(virDomainPtr dom, domain_reading& r) {
+  char* xml = virDomainGetXMLDesc(dom, 0);
+  if (xml == nullptr)
+    return last_error(r.name + ": read its interfaces");
+  std::string text = xml;
+  std::free(xml);
+  auto macs = parse_macs(text);
+  if (!macs)
+    return macs.error();
+  r.macs = std::move(*macs);
+  return {};
+}
+
 // Looks a domain up by name. A missing one yields a null pointer and no error.
 caf::expected<domain_ptr> lookup(connection& c, const std::string& name,
                                  const std::string& what) {
@@ -147,7 +161,7 @@ caf::expected<address_source> parse_address_source(const std::string& s) {
 
 caf::expected<domain_reading>
 read_domain(connection& c, const std::string& name,
-            const std::vector<address_source>& sources) {
+            const std::vector<address_source>& sources, bool with_macs) {
   domain_reading r;
   r.name = name;
   auto dom = lookup(c, name, "read " + name);
@@ -159,6 +173,8 @@ read_domain(connection& c, const std::string& name,
   auto err = read_state(dom->get(), r);
   if (!err)
     err = read_mark(dom->get(), r);
+  if (!err && with_macs)
+    err = read_macs(dom->get(), r);
   if (is(err, ec::no_domain)) {
     // Undefined between the lookup and the read: it is simply gone.
     domain_reading missing;
@@ -224,6 +240,8 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
   r.exists = true;
   r.has_mark = true;
   r.mark = spec.mark;
+  if (!spec.mac.empty())
+    r.macs.push_back(spec.mac);
   if (auto err = read_state(dom.get(), r)) {
     // It did start; failing here would make the caller retry a create.
     r.state = domain_state::running;

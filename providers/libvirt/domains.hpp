@@ -25,9 +25,11 @@ caf::expected<address_source> parse_address_source(const std::string& s);
 /// another answers (even empty) is recorded in `notes`; if every source
 /// fails the whole read is a transient ec::no_address_source error (an
 /// unreadable address is not a missing one, docs/notes/failures.md#unreadable-address-taken-for-missing).
+/// With `with_macs`, its interfaces' MACs too (one more round trip): what
+/// a proxy that adopted a domain needs once to find its leases.
 caf::expected<domain_reading>
 read_domain(connection& c, const std::string& name,
-            const std::vector<address_source>& sources);
+            const std::vector<address_source>& sources, bool with_macs = false);
 
 /// Lists every domain whose mark names `entry`, with state (no addresses).
 caf::expected<std::vector<domain_reading>>
@@ -37,7 +39,7 @@ list_marked(connection& c, const std::string& entry);
 /// fails, the definition made by this call is undefined again before the
 /// error is returned, so a failed attempt leaves nothing behind. With
 /// `sources`, the running domain's addresses are read too (best effort: a
-/// failure is a note, never a failed create).
+/// failure is a note, never a failed create). Its MACs are the spec's.
 caf::expected<domain_reading> define_and_start(connection& c,
                                                const domain_spec& spec,
                                                const std::vector<address_source>& sources = {});

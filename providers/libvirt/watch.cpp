@@ -1,5 +1,7 @@
 #include "providers/libvirt/watch.hpp"
 
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -105,10 +107,51 @@ caf::expected<std::vector<domain_brief>> read_states(connection& c) {
   out.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     auto name = virDomainGetName(recs[i]->dom);
-    if (name != nullptr)
-      out.push_back({name, true, uuid_of(recs[i]->dom), state_of(*recs[i])});
+    if (name == nullptr)
+      continue;
+    domain_brief b;
+    b.name = name;
+    b.uuid = uuid_of(recs[i]->dom);
+    b.state = state_of(*recs[i]);
+    out.push_back(std::move(b));
   }
   virDomainStatsRecordListFree(recs);
+  return out;
+}
+
+caf::expected<std::vector<lease>> read_leases(connection& c) {
+  virNetworkPtr* nets = nullptr;
+  int n = virConnectListAllNetworks(c.get(), &nets, VIR_CONNECT_LIST_NETWORKS_ACTIVE);
+  if (n < 0)
+    return last_error("list networks");
+  std::vector<lease> out;
+  caf::error failed;
+  for (int i = 0; i < n; ++i) {
+    virNetworkDHCPLeasePtr* leases = nullptr;
+    int k = failed ? 0 : virNetworkGetDHCPLeases(nets[i], nullptr, &leases, 0);
+    if (k < 0) {
+      auto err = last_error(std::string{"read the leases of network "}
+                            + (virNetworkGetName(nets[i]) ? virNetworkGetName(nets[i]) : "?"));
+      if (!is(err, ec::no_network))
+        failed = std::move(err);
+      k = 0;
+    }
+    for (int j = 0; j < k; ++j) {
+      auto* l = leases[j];
+      if (l->mac != nullptr && l->ipaddr != nullptr) {
+        std::string mac = l->mac;
+        for (auto& ch : mac)
+          ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        out.push_back({std::move(mac), l->ipaddr});
+      }
+      virNetworkDHCPLeaseFree(l);
+    }
+    std::free(leases);
+    virNetworkFree(nets[i]);
+  }
+  std::free(nets);
+  if (failed)
+    return failed;
   return out;
 }
 

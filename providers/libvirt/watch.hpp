@@ -31,4 +31,17 @@ caf::error watch_domains(connection& c, domain_sink sink);
 /// running job).
 caf::expected<std::vector<domain_brief>> read_states(connection& c);
 
+/// One DHCP lease of one of the host's networks.
+struct lease {
+  std::string mac;     // lowercase, as libvirt writes it
+  std::string address; // without the prefix length
+};
+
+/// Every lease of every active network of the host: one
+/// virConnectListAllNetworks and one virNetworkGetDHCPLeases per network,
+/// however many domains there are. A host whose driver cannot list leases
+/// (no network driver: the test driver) is ec::unsupported; a network gone
+/// between the list and its read is skipped.
+caf::expected<std::vector<lease>> read_leases(connection& c);
+
 } // namespace egress::lv

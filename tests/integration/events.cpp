@@ -2,7 +2,8 @@
 // (its test driver): libvirt's lifecycle events reach the proxies, a change
 // made while the link was dead is caught by the bulk read after the redial,
 // 200 domains at once lose no event and get no second create, and a fleet at
-// rest neither polls per proxy nor creates threads (docs/spec.md 27).
+// rest neither polls per proxy nor creates threads (docs/spec.md 27); a host
+// that cannot list leases leaves its proxies to read their own (28).
 #define BOOST_TEST_MODULE events
 #include <boost/test/unit_test.hpp>
 
@@ -197,6 +198,25 @@ BOOST_AUTO_TEST_CASE(spec_27_a_fleet_at_rest_neither_polls_nor_creates_threads) 
   BOOST_CHECK_EQUAL(polls(*eng->status()), polls0);
   BOOST_CHECK_GE(reads, 8u);
   BOOST_CHECK_LE(threads, reads);
+}
+
+// Invariant 28's fallback: the test driver has no network driver, so it
+// cannot list leases. The link learns that from its first lease list and
+// stops asking; the proxies find their addresses by their own reads.
+BOOST_AUTO_TEST_CASE(spec_28_a_host_without_lease_lists_leaves_proxies_to_poll) {
+  auto eng = engine::start(*sys, config(3, "nl-"));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 3); }, 30s));
+  auto st = *eng->status();
+  for (auto& p : st.proxies) {
+    BOOST_CHECK_MESSAGE(!p.address.empty(), p.name << " has no address");
+    BOOST_CHECK_GE(p.polls, 1u);
+  }
+  caf::scoped_actor self{*sys};
+  auto link = test::status_of(self, test::link_of(self, *eng, "hv1"));
+  BOOST_CHECK_EQUAL(link.lease_reads, 0u);
+  BOOST_CHECK_GE(link.bulk_reads, 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -53,6 +53,7 @@ BOOST_AUTO_TEST_CASE(metrics_endpoint_is_scraped_and_parsed) {
   // status on its own changes, not on each event.
   BOOST_CHECK(m.contains("egress_link_bulk_reads_total{host=\"local\"}"));
   BOOST_CHECK(m.contains("egress_link_domain_events_total{host=\"local\"}"));
+  BOOST_CHECK(m.contains("egress_link_lease_reads_total{host=\"local\"}")); // 28
   // Histogram buckets are cumulative and end at the count.
   BOOST_CHECK_EQUAL(m["egress_reconcile_duration_seconds_bucket{le=\"+Inf\"}"],
                     m["egress_reconcile_duration_seconds_count"]);

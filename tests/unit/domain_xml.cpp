@@ -87,6 +87,9 @@ BOOST_AUTO_TEST_CASE(spec_14_build_domain_xml_rejects_each_unsafe_field) {
     {"domain.mark.tags[0]", [](domain_spec& s) { s.mark.tags[0] = ""; }},
     {"domain.vcpus", [](domain_spec& s) { s.vcpus = 0; }},
     {"domain.memory_mib", [](domain_spec& s) { s.memory_mib = 0; }},
+    {"domain.mac", [](domain_spec& s) { s.mac = "52:54:00:AB:CD:EF"; }},
+    {"domain.mac", [](domain_spec& s) { s.mac = "52:54:00:ab:cd"; }},
+    {"domain.mac", [](domain_spec& s) { s.mac = "52:54:00:ab:cd:e'"; }},
   };
   for (auto& c : cases) {
     auto spec = valid_spec();
@@ -244,4 +247,47 @@ BOOST_AUTO_TEST_CASE(parse_mark_on_broken_xml_is_an_xml_error) {
   auto mark = lv::parse_mark("<domain><metadata>");
   BOOST_REQUIRE(!mark);
   BOOST_TEST(code_of(mark.error()) == "xml_error");
+}
+
+// The proxy's lease is found by its NIC's MAC (docs/spec.md 28): the engine
+// writes the MAC it chose into the domain, and reads a domain's MACs back
+// from its XML as libvirt formats it.
+BOOST_AUTO_TEST_CASE(spec_28_the_chosen_mac_is_written_and_read_back) {
+  std::minstd_rand rng{7};
+  auto spec = valid_spec();
+  spec.mac = lv::random_mac(rng);
+  BOOST_TEST(spec.mac.rfind("52:54:00:", 0) == 0u, spec.mac);
+  BOOST_TEST(spec.mac.size() == 17u);
+  BOOST_TEST(lv::random_mac(rng) != spec.mac);
+  auto xml = lv::build_domain_xml(spec);
+  BOOST_REQUIRE(xml);
+  auto macs = lv::parse_macs(*xml);
+  BOOST_REQUIRE(macs);
+  BOOST_TEST(*macs == std::vector<std::string>{spec.mac}, boost::test_tools::per_element());
+  // No MAC in the spec: libvirt picks one, and none is written.
+  spec.mac.clear();
+  xml = lv::build_domain_xml(spec);
+  BOOST_REQUIRE(xml);
+  BOOST_TEST(xml->find("<mac") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(parse_macs_reads_every_interface_lowercased) {
+  // As virDomainGetXMLDesc writes it: two NICs (one in capitals, as an
+  // operator may have defined it), a hostdev without a MAC, an unrelated
+  // <mac> outside any interface.
+  std::string xml = "<domain type='kvm'><name>x</name><devices>"
+                    "<interface type='network'><mac address='52:54:00:0a:0b:0c'/>"
+                    "<source network='default'/></interface>"
+                    "<interface type='bridge'><mac address='52:54:00:AA:BB:CC'/>"
+                    "<source bridge='br0'/></interface>"
+                    "<interface type='user'/>"
+                    "<hostdev mode='subsystem'><mac address='11:22:33:44:55:66'/></hostdev>"
+                    "</devices></domain>";
+  auto macs = lv::parse_macs(xml);
+  BOOST_REQUIRE(macs);
+  BOOST_TEST(*macs == (std::vector<std::string>{"52:54:00:0a:0b:0c", "52:54:00:aa:bb:cc"}),
+             boost::test_tools::per_element());
+  auto broken = lv::parse_macs("<domain><devices>");
+  BOOST_REQUIRE(!broken);
+  BOOST_TEST(code_of(broken.error()) == "xml_error");
 }

@@ -337,4 +337,33 @@ BOOST_AUTO_TEST_CASE(spec_26_too_many_abandoned_calls_keep_the_link_dead) {
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 
+// A link that comes up and dies before it serves a call (a resync past its
+// budget on a host too loaded to answer it) backs off further each time;
+// before, coming up reset the backoff and such a host was redialed at the
+// shortest backoff forever. A call served resets it.
+BOOST_AUTO_TEST_CASE(spec_18_a_link_dying_before_it_serves_backs_off_further_each_time) {
+  auto link = spawn_link(1s, 5);
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  for (uint32_t i = 1; i <= 3; ++i) {
+    link_of(link).next_dial_at = {};
+    auto wedged = request_call(link, wedged_job(release));
+    BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+    sched.advance_time(1s);
+    BOOST_REQUIRE(run_until([&] { return wedged->done; }));
+    BOOST_CHECK(wedged->err == ec::budget_exceeded);
+    BOOST_CHECK_EQUAL(link_of(link).failures, i);
+  }
+  // Three in a row: 4 times the shortest backoff (500 ms), half of it jitter.
+  auto wait = link_of(link).next_dial_at - host_link_state::clock::now();
+  BOOST_CHECK_MESSAGE(wait > 900ms, std::chrono::duration<double>(wait).count() << " s");
+  release->store(true);
+  BOOST_REQUIRE(run_until([&] { return link_of(link).calls.abandoned_running() == 0; }));
+  link_of(link).next_dial_at = {};
+  auto served = request_call(link, thread_id_job(std::make_shared<std::thread::id>()));
+  BOOST_REQUIRE(run_until([&] { return served->done; }));
+  BOOST_CHECK_MESSAGE(!served->err, render(served->err));
+  BOOST_CHECK_EQUAL(link_of(link).failures, 0u);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
