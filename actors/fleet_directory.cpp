@@ -42,7 +42,8 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
                          kv("budget overruns", s.overruns),
                          kv("abandoned calls running", s.abandoned_calls),
                          kv("domain events", s.events), kv("bulk reads", s.bulk_reads),
-                         kv("lease reads", s.lease_reads)};
+                         kv("lease reads", s.lease_reads),
+                         kv("leases", to_string(s.leases))};
     }
     out.push_back(std::move(e));
   }

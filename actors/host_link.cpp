@@ -153,7 +153,8 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
         if (kills_link(err) && gen == st.generation) {
           mark_dead(self, render(err));
         } else {
-          note_served(st);
+          if (err != caf::sec::request_receiver_down)
+            note_served(st);
           pump(self);
         }
       });
@@ -321,6 +322,7 @@ link_status host_link_state::snapshot() const {
   s.events = events;
   s.bulk_reads = bulk_reads;
   s.lease_reads = lease_reads;
+  s.leases = leases;
   return s;
 }
 

@@ -102,6 +102,7 @@ struct host_link_state {
   // Proxies watching their domains, by domain name.
   std::map<std::string, watcher> watchers;
   bool bulk_reading = false; // one bulk read at a time
+  bool bulk_read_again = false; // asked for while one ran: another after it
   bool redial_armed = false; // one redial timer at a time
   bool lease_armed = false;  // one lease timer at a time
   // Whether this dial's host can list leases: `unsupported` stops asking

@@ -76,10 +76,10 @@ void on_bulk_read(host_link_pointer self, bulk_reading& read) {
     }
     if (read.leases == lease_view::unsupported)
       brief.leases = lease_view::unsupported;
-    else if (read.leases == lease_view::read && !w.macs.empty()) {
-      brief.leases = lease_view::read;
+    else if (read.leases != lease_view::not_read && !w.macs.empty())
+      brief.leases = read.leases;
+    if (brief.leases == lease_view::read)
       brief.addresses = leased_to(by_mac, w.macs);
-    }
     self->send(w.proxy, std::move(brief));
   }
   arm_lease_timer(self);
@@ -87,9 +87,16 @@ void on_bulk_read(host_link_pointer self, bulk_reading& read) {
 
 void start_bulk_read(host_link_pointer self) {
   auto& st = self->state;
-  if (st.bulk_reading || st.state != link_state::up)
+  if (st.state != link_state::up)
     return;
+  if (st.bulk_reading) {
+    // What it reads was decided when it started (a proxy's MACs may be
+    // new since): one more after it.
+    st.bulk_read_again = true;
+    return;
+  }
   st.bulk_reading = true;
+  st.bulk_read_again = false;
   // The leases only when some proxy's MACs are known, and not again on a
   // host that said it cannot list them.
   bool with_leases = st.leases != lease_view::unsupported && any_macs(st);
@@ -111,7 +118,9 @@ void start_bulk_read(host_link_pointer self) {
                    } else if (is(leases.error(), ec::unsupported)) {
                      read.leases = lease_view::unsupported;
                    } else {
-                     // The states stand; the leases are read again next time.
+                     // The states stand; the leases are read again next
+                     // time, and meanwhile the proxies read their own.
+                     read.leases = lease_view::failed;
                      log::warn("link", host + ": " + render(leases.error()));
                    }
                  }
@@ -126,6 +135,8 @@ void start_bulk_read(host_link_pointer self) {
         on_bulk_read(self, *std::any_cast<bulk_reading>(&r.value));
         if (self->state.opts.sink)
           self->send(self->state.opts.sink, self->state.snapshot());
+        if (self->state.bulk_read_again)
+          start_bulk_read(self);
       },
       [self](caf::error& err) {
         self->state.bulk_reading = false;
@@ -157,7 +168,8 @@ lv::domain_sink event_sink(host_link_pointer self, uint64_t gen) {
 void add_watcher(host_link_pointer self, std::string name, proxy_actor proxy) {
   auto& st = self->state;
   self->monitor(proxy);
-  st.watchers[std::move(name)].proxy = std::move(proxy);
+  // A new proxy of that name (a reload replaced it) starts with nothing said.
+  st.watchers[std::move(name)] = host_link_state::watcher{std::move(proxy), {}, false};
 }
 
 void on_address_watch(host_link_pointer self, address_watch& w) {

@@ -1,5 +1,6 @@
 #include "actors/proxy.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -61,11 +62,12 @@ bool lease_first(const proxy_state& st) {
   return !st.opts.address_sources.empty() && st.opts.address_sources.front() == "lease";
 }
 
-// Its domain runs (as last read) and it has no address, or keeps its last
+// Its domain runs (as last seen) and it has no address, or keeps its last
 // one inside the IP grace: an address is what it waits for.
 bool waits_for_address(const proxy_state& st) {
   auto phase = st.status.phase;
-  return !settled(st) && (phase == proxy_phase::provisioning || phase == proxy_phase::running);
+  return st.domain_runs && !settled(st)
+         && (phase == proxy_phase::provisioning || phase == proxy_phase::running);
 }
 
 // The link brings its address: one lease list per network for the host
@@ -100,6 +102,17 @@ void learn_macs(proxy_state& st, std::vector<std::string>& macs) {
     return;
   st.macs = std::move(macs);
   st.macs_told = false;
+}
+
+// Another domain has its name now: its MACs are unknown until a read-back
+// finds the new one ours, and the link must not look up the old ones' leases.
+void forget_macs(proxy_pointer self) {
+  auto& st = self->state;
+  if (st.macs_told)
+    self->send(st.opts.link, address_watch{st.opts.spec.name, {}, false});
+  st.macs.clear();
+  st.macs_told = false;
+  st.waiting_told = false;
 }
 
 void poll(proxy_pointer self);
@@ -208,6 +221,8 @@ bool keep_in_grace(proxy_state& st) {
 void apply_reading(proxy_pointer self, domain_reading& r) {
   auto& st = self->state;
   auto& s = st.status;
+  st.domain_runs = r.exists
+                   && (r.state == domain_state::running || r.state == domain_state::blocked);
   if (!r.exists) {
     if (s.phase == proxy_phase::running || s.phase == proxy_phase::provisioning)
       log::warn("proxy", st.opts.spec.name + ": domain vanished; recreating");
@@ -236,6 +251,7 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
     log::info("proxy", st.opts.spec.name + ": adopted by mark uid=" + r.mark.uid);
   }
   learn_macs(st, r.macs);
+  st.domain_uuid = r.uuid;
   s.uid = r.mark.uid;
   s.created_at = r.mark.created_at;
   s.last_error.clear();
@@ -523,6 +539,8 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
     return;
   log::info("proxy", st.opts.spec.name + ": domain " + to_string(ev.change) + " on "
                        + ev.host);
+  if (ends_running(ev.change))
+    st.domain_runs = false;
   if (ends_running(ev.change) && st.status.phase == proxy_phase::running) {
     // Not a step (the read below is): only the status changes here.
     auto before = st.status;
@@ -541,66 +559,75 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
     poll(self);
 }
 
-// A brief's leased addresses, for a proxy whose domain (read back, marked)
-// runs: an address is taken, none counts as a read without one (the IP
-// grace). A lease missing with another source configured is read from the
-// domain itself (its agent, its ARP entry).
+// A brief's leased addresses, for a proxy whose domain (read back, ours)
+// runs. Its address stays while it is still leased to it (a MAC with two
+// leases must not flip it). No lease: with another source configured
+// (agent, arp) a proxy without its address reads the domain for it (the
+// grace counts that read), and a settled one keeps what it has; with the
+// lease alone it is one read without an address (the IP grace, spec 11).
 void take_leased(proxy_pointer self, const std::vector<std::string>& addresses) {
   auto& st = self->state;
   transition(self, proxy_activity::idle, [&] {
     auto& s = st.status;
     if (!addresses.empty()) {
-      if (s.address != addresses.front() && !s.address.empty())
-        log::info("proxy", st.opts.spec.name + ": its lease moved from " + s.address + " to "
-                             + addresses.front());
-      s.address = addresses.front();
+      if (std::find(addresses.begin(), addresses.end(), s.address) == addresses.end()) {
+        if (!s.address.empty())
+          log::info("proxy", st.opts.spec.name + ": its lease moved from " + s.address
+                               + " to " + addresses.front());
+        s.address = addresses.front();
+      }
       s.phase = proxy_phase::running;
       s.grace_left = 0;
+      return;
+    }
+    if (st.opts.address_sources.size() > 1) {
+      if (!settled(st))
+        st.read_after_step = true;
       return;
     }
     if (s.phase == proxy_phase::running && !keep_in_grace(st)) {
       s.address.clear();
       s.phase = proxy_phase::provisioning;
     }
-    if (s.phase == proxy_phase::provisioning && st.opts.address_sources.size() > 1)
-      st.read_after_step = true;
   });
 }
 
 // The link's bulk read says what the host has under this proxy's name. A
-// settled proxy believes its domain runs: if it does not (or it is another
-// domain by now, a new uuid), an event was missed, and it reads back. With
-// the host's leases read, the brief also brings its address (docs/spec.md
-// 28); a host that cannot list them leaves the proxy to poll for it.
+// proxy that believes its domain runs reads back when it does not (or it is
+// another domain by now, a new uuid): an event was missed. With the host's
+// leases read, a brief of its running domain brings its address (docs/spec.md
+// 28); a host that cannot list them (or failed to) leaves it to poll.
 void on_domain_brief(proxy_pointer self, domain_brief& b) {
   auto& st = self->state;
   if (b.taken < st.last_read_at)
     return; // read before this proxy's own last look at its domain
-  bool other_domain = b.exists && !st.domain_uuid.empty() && b.uuid != st.domain_uuid;
-  if (b.exists)
-    st.domain_uuid = b.uuid;
-  if (other_domain) {
-    st.macs.clear(); // another domain's NICs: read again
-    st.macs_told = false;
-  }
   if (b.leases != lease_view::not_read)
     st.link_leases = b.leases;
-  if (st.activity != proxy_activity::idle || st.erase_after_step)
-    return;
   bool runs = b.exists && (b.state == domain_state::running || b.state == domain_state::blocked);
-  if (runs && !other_domain) {
-    if (b.leases == lease_view::read && (waits_for_address(st) || settled(st)))
-      take_leased(self, b.addresses);
-    else
-      arm_poll(self); // a host without lease lists: it polls for its address
+  bool other_domain = b.exists && !st.domain_uuid.empty() && b.uuid != st.domain_uuid;
+  if (!runs || other_domain) {
+    bool believed = std::exchange(st.domain_runs, false);
+    if (other_domain)
+      forget_macs(self);
+    if (!believed && !settled(st)) {
+      // It did not count on it: its own timer reads (armed when its step
+      // in flight, if any, answers).
+      if (st.activity == proxy_activity::idle)
+        arm_poll(self);
+      return;
+    }
+    log::warn("proxy", st.opts.spec.name + ": the bulk read finds its domain "
+                         + (b.exists ? std::string{to_string(b.state)} : "missing")
+                         + (other_domain ? " (another uuid)" : "") + "; reading it back");
+    poll(self);
     return;
   }
-  if (!settled(st))
-    return; // it reads on its own timer
-  log::warn("proxy", st.opts.spec.name + ": the bulk read finds its domain "
-                       + (b.exists ? std::string{to_string(b.state)} : "missing")
-                       + (other_domain ? " (another uuid)" : "") + "; reading it back");
-  poll(self);
+  if (st.activity != proxy_activity::idle || st.erase_after_step)
+    return;
+  if (st.domain_runs && link_brings_address(st))
+    take_leased(self, b.addresses);
+  else
+    arm_poll(self);
 }
 
 // Deletes the VM for good; the actor quits once it is gone. On failure the

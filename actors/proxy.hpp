@@ -79,7 +79,8 @@ struct proxy_state {
   bool poll_armed = false;    // one poll timer at a time
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly
-  std::string domain_uuid;    // as the link's last bulk read saw it
+  std::string domain_uuid;    // of the domain its last read-back found (ours, marked)
+  bool domain_runs = false;   // as its last read-back, event or brief says
   // Its domain's MACs (from its spec at create, or read once): the link
   // finds its leases by them (docs/spec.md 28).
   std::vector<std::string> macs;

@@ -38,6 +38,7 @@ const char* to_string(lease_view x) {
     case lease_view::not_read: return "not_read";
     case lease_view::read: return "read";
     case lease_view::unsupported: return "unsupported";
+    case lease_view::failed: return "failed";
   }
   return "unknown";
 }

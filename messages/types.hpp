@@ -145,9 +145,10 @@ typename Inspector::result_type inspect(Inspector& f, domain_event& x) {
 
 /// Whether a bulk read listed the host's DHCP leases (docs/spec.md 28).
 enum class lease_view : uint8_t {
-  not_read = 0,    // not this time (no MAC known to the link, or the read failed)
+  not_read = 0,    // not asked this time (no MAC known to the link)
   read = 1,        // read: `addresses` is what the leases give its MACs (maybe none)
-  unsupported = 2, // the host cannot list leases (no network driver): read your own
+  unsupported = 2, // the host cannot list leases (the test driver): read your own
+  failed = 3,      // the lease list failed this time: read your own until it works
 };
 
 const char* to_string(lease_view x);
@@ -193,6 +194,7 @@ typename Inspector::result_type inspect(Inspector& f, address_watch& x) {
 struct domain_reading {
   std::string name;
   bool exists = false;
+  std::string uuid; // which domain of that name (libvirt's handle knows it: no round trip)
   domain_state state = domain_state::nostate;
   bool has_mark = false;
   domain_mark mark;
@@ -203,7 +205,7 @@ struct domain_reading {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_reading& x) {
-  return f(caf::meta::type_name("domain_reading"), x.name, x.exists, x.state,
+  return f(caf::meta::type_name("domain_reading"), x.name, x.exists, x.uuid, x.state,
            x.has_mark, x.mark, x.addresses, x.macs, x.notes);
 }
 
@@ -227,13 +229,14 @@ struct link_status {
   uint64_t events = 0;          // domain events received (all generations)
   uint64_t bulk_reads = 0;      // bulk reads of every domain's state done
   uint64_t lease_reads = 0;     // of them, those that listed the host's DHCP leases
+  lease_view leases = lease_view::not_read; // what its last lease list found
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, link_status& x) {
   return f(caf::meta::type_name("link_status"), x.host, x.state, x.reason,
            x.in_flight, x.queued, x.limit, x.dials, x.deaths, x.overruns,
-           x.abandoned_calls, x.events, x.bulk_reads, x.lease_reads);
+           x.abandoned_calls, x.events, x.bulk_reads, x.lease_reads, x.leases);
 }
 
 enum class proxy_phase : uint8_t {

@@ -136,7 +136,8 @@ json to_json(const link_status& l) {
           {"in_flight", l.in_flight}, {"queued", l.queued}, {"limit", l.limit},
           {"dials", l.dials}, {"deaths", l.deaths}, {"overruns", l.overruns},
           {"abandoned_calls", l.abandoned_calls}, {"events", l.events},
-          {"bulk_reads", l.bulk_reads}, {"lease_reads", l.lease_reads}};
+          {"bulk_reads", l.bulk_reads}, {"lease_reads", l.lease_reads},
+          {"leases", to_string(l.leases)}};
 }
 
 json to_json(const fleet_status& st) {

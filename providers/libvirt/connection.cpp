@@ -10,6 +10,11 @@
 namespace egress::lv {
 
 void domain_deleter::operator()(virDomainPtr p) const noexcept { virDomainFree(p); }
+
+std::string uuid_of(virDomainPtr dom) {
+  char buf[VIR_UUID_STRING_BUFLEN] = {};
+  return virDomainGetUUIDString(dom, buf) == 0 ? std::string{buf} : std::string{};
+}
 void pool_deleter::operator()(virStoragePoolPtr p) const noexcept { virStoragePoolFree(p); }
 void volume_deleter::operator()(virStorageVolPtr p) const noexcept { virStorageVolFree(p); }
 void stream_deleter::operator()(virStreamPtr p) const noexcept { virStreamFree(p); }

@@ -24,6 +24,10 @@ using volume_ptr = std::unique_ptr<virStorageVol, volume_deleter>;
 using stream_ptr = std::unique_ptr<virStream, stream_deleter>;
 using network_ptr = std::unique_ptr<virNetwork, network_deleter>;
 
+/// A domain's UUID as text ("" if libvirt cannot say): the handle carries
+/// it, so no round trip. A domain undefined and defined again gets a new one.
+std::string uuid_of(virDomainPtr dom);
+
 /// libvirt keepalive: a ping every `interval_s` seconds; the connection is
 /// closed (and every blocked call on it released) after `count` missed
 /// answers. interval_s = 0 disables it.

@@ -170,6 +170,7 @@ read_domain(connection& c, const std::string& name,
   if (!*dom)
     return r;
   r.exists = true;
+  r.uuid = uuid_of(dom->get());
   auto err = read_state(dom->get(), r);
   if (!err)
     err = read_mark(dom->get(), r);
@@ -238,6 +239,7 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
   domain_reading r;
   r.name = spec.name;
   r.exists = true;
+  r.uuid = uuid_of(dom.get());
   r.has_mark = true;
   r.mark = spec.mark;
   if (!spec.mac.empty())

@@ -58,11 +58,6 @@ int register_one(connection& c, int id, virConnectDomainEventGenericCallback cb,
   return n;
 }
 
-std::string uuid_of(virDomainPtr dom) {
-  char buf[VIR_UUID_STRING_BUFLEN] = {};
-  return virDomainGetUUIDString(dom, buf) == 0 ? std::string{buf} : std::string{};
-}
-
 domain_state state_of(const virDomainStatsRecord& rec) {
   for (int i = 0; i < rec.nparams; ++i) {
     auto& p = rec.params[i];
@@ -130,10 +125,16 @@ caf::expected<std::vector<lease>> read_leases(connection& c) {
     virNetworkDHCPLeasePtr* leases = nullptr;
     int k = failed ? 0 : virNetworkGetDHCPLeases(nets[i], nullptr, &leases, 0);
     if (k < 0) {
-      auto err = last_error(std::string{"read the leases of network "}
-                            + (virNetworkGetName(nets[i]) ? virNetworkGetName(nets[i]) : "?"));
+      // Copied before anything else: virNetworkGetName resets it.
+      auto err = last_error("read the DHCP leases of a network");
+      auto net = virNetworkGetName(nets[i]);
+      // A network gone between the list and its read has no leases to
+      // give; any other failure fails the list (a proxy must not take a
+      // network's unread leases for none).
       if (!is(err, ec::no_network))
-        failed = std::move(err);
+        failed = make_error(static_cast<ec>(err.code()),
+                            std::string{"network "} + (net != nullptr ? net : "?") + ": "
+                              + detail(err));
       k = 0;
     }
     for (int j = 0; j < k; ++j) {
