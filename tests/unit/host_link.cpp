@@ -103,6 +103,17 @@ struct fixture : test::det_fixture {
     });
     return out;
   }
+
+  // Redials the dead link at once (its backoff skipped) and runs a wedged
+  // call past its 1 s budget: the link dies again, one more abandoned call.
+  void overrun_once(const host_link_actor& link, std::shared_ptr<std::atomic<bool>> release) {
+    link_of(link).next_dial_at = {};
+    auto wedged = request_call(link, wedged_job(std::move(release)));
+    BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+    sched.advance_time(1s);
+    BOOST_REQUIRE(run_until([&] { return wedged->done; }));
+    BOOST_CHECK(wedged->err == ec::budget_exceeded);
+  }
 };
 
 } // namespace
@@ -312,12 +323,7 @@ BOOST_AUTO_TEST_CASE(spec_26_too_many_abandoned_calls_keep_the_link_dead) {
   auto link = spawn_link(1s, 1); // cap 2
   auto release = std::make_shared<std::atomic<bool>>(false);
   for (int i = 0; i < 2; ++i) {
-    link_of(link).next_dial_at = {};
-    auto wedged = request_call(link, wedged_job(release));
-    BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
-    sched.advance_time(1s);
-    BOOST_REQUIRE(run_until([&] { return wedged->done; }));
-    BOOST_CHECK(wedged->err == ec::budget_exceeded);
+    overrun_once(link, release);
   }
   BOOST_CHECK_EQUAL(link_of(link).calls.abandoned_running(), 2u);
   auto dials = link_of(link).dials;
@@ -345,12 +351,7 @@ BOOST_AUTO_TEST_CASE(spec_18_a_link_dying_before_it_serves_backs_off_further_eac
   auto link = spawn_link(1s, 5);
   auto release = std::make_shared<std::atomic<bool>>(false);
   for (uint32_t i = 1; i <= 3; ++i) {
-    link_of(link).next_dial_at = {};
-    auto wedged = request_call(link, wedged_job(release));
-    BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
-    sched.advance_time(1s);
-    BOOST_REQUIRE(run_until([&] { return wedged->done; }));
-    BOOST_CHECK(wedged->err == ec::budget_exceeded);
+    overrun_once(link, release);
     BOOST_CHECK_EQUAL(link_of(link).failures, i);
   }
   // Three in a row: 4 times the shortest backoff (500 ms), half of it jitter.
