@@ -170,6 +170,10 @@ void add_watcher(host_link_pointer self, std::string name, proxy_actor proxy) {
   self->monitor(proxy);
   // A new proxy of that name (a reload replaced it) starts with nothing said.
   st.watchers[std::move(name)] = host_link_state::watcher{std::move(proxy), {}, false};
+  // Its first look at its domain is a bulk read begun after it subscribed
+  // (docs/spec.md 27): one for every proxy that subscribes meanwhile. A link
+  // not up yet does its resync once it is.
+  start_bulk_read(self);
 }
 
 void on_address_watch(host_link_pointer self, address_watch& w) {

@@ -495,7 +495,8 @@ void poll(proxy_pointer self) {
   auto& st = self->state;
   if (st.activity == proxy_activity::erasing || st.erase_after_step)
     return;
-  if (st.activity != proxy_activity::idle) {
+  // Waiting for its first look is no step: nothing in flight to wait for.
+  if (st.activity != proxy_activity::idle && st.activity != proxy_activity::first_look) {
     st.read_after_step = true;
     return;
   }
@@ -592,6 +593,20 @@ void take_leased(proxy_pointer self, const std::vector<std::string>& addresses) 
   });
 }
 
+// Its link's first bulk read since it subscribed: a missing domain is
+// created at once, without a read of its own; one that exists is read back
+// (a brief has no mark: whose it is, and from which spec, is in the domain).
+void take_first_look(proxy_pointer self, const domain_brief& b) {
+  if (b.exists) {
+    poll(self);
+    return;
+  }
+  domain_reading missing;
+  missing.name = b.name;
+  missing.exists = false;
+  transition(self, proxy_activity::idle, [&] { apply_reading(self, missing); });
+}
+
 // The link's bulk read says what the host has under this proxy's name. A
 // proxy that believes its domain runs reads back when it does not (or it is
 // another domain by now, a new uuid): an event was missed. With the host's
@@ -603,6 +618,10 @@ void on_domain_brief(proxy_pointer self, domain_brief& b) {
     return; // read before this proxy's own last look at its domain
   if (b.leases != lease_view::not_read)
     st.link_leases = b.leases;
+  if (st.activity == proxy_activity::first_look) {
+    take_first_look(self, b);
+    return;
+  }
   bool runs = b.exists && (b.state == domain_state::running || b.state == domain_state::blocked);
   bool other_domain = b.exists && !st.domain_uuid.empty() && b.uuid != st.domain_uuid;
   if (!runs || other_domain) {
@@ -672,16 +691,21 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
   // Announce the proxy before its first read, so status lists it at once.
   if (st.opts.sink)
     self->send(st.opts.sink, st.status);
-  // Watch before the first read: a change after the read is then reported.
+  // Watch before the first look: a change after it is then reported. The
+  // first look is the link's bulk read after this subscription, one for all
+  // the proxies that start together (docs/spec.md 27); if it is late (a
+  // link still dialing), the poll timer reads the domain itself.
   self->send(st.opts.link, atom::subscribe_v, st.opts.spec.name,
              caf::actor_cast<proxy_actor>(self));
-  poll(self);
+  begin_looking(st, proxy_activity::first_look);
+  arm_poll(self);
   return {
     [self](atom::status) { return self->state.status; },
     [self](atom::poll) {
       auto& st = self->state;
       st.poll_armed = false;
-      if (st.activity == proxy_activity::erasing)
+      // Mid-step it waits: the step's end reads back or arms it again.
+      if (st.activity != proxy_activity::idle && st.activity != proxy_activity::first_look)
         return;
       if (polls_itself(st))
         poll(self);
@@ -701,7 +725,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
         return rp;
       // Waiting for images is no libvirt step: nothing to race, and a fill
       // may take its whole budget. Their late answers change nothing then.
-      if (st.activity == proxy_activity::idle
+      if (st.activity == proxy_activity::idle || st.activity == proxy_activity::first_look
           || st.activity == proxy_activity::awaiting_images) {
         erase(self);
         return rp;

@@ -54,6 +54,10 @@ struct proxy_options {
 /// has in flight.
 enum class proxy_activity : uint8_t {
   idle,
+  // Just spawned: waits for its link's first bulk read begun after it
+  // subscribed, which says whether its domain exists (docs/spec.md 27); its
+  // poll timer reads the domain itself if that read is late.
+  first_look,
   reading,         // a read-back of its domain
   awaiting_images, // ensures of its images are outstanding
   creating,        // overlay, seed, define, start

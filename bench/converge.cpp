@@ -23,14 +23,15 @@
 // Each run, in rotating order, starting from zero domains every time:
 //  engine   egress::engine::start with the H ssh hosts (the engine's libssh2
 //           transport, direct-streamlocal to /run/libvirt/libvirt-sock) and
-//           the P proxies, poll interval MS (default 200 ms; the engine's
-//           default is 2 s). Timed from engine::start to the first status
-//           (asked every 20 ms) in which every proxy is phase running with an
-//           address. A proxy's path: its first poll reads "missing" (1 RPC),
-//           it creates (define + start + state: 3 RPCs) and shows
-//           provisioning, and its next poll (MS later) reads state, mark and
-//           lease addresses (4 RPCs) -> running. The links' dial (SSH + libvirt
-//           open) is inside the timed window. Probes are off (the test
+//           the P proxies, poll interval MS (default 2000 ms, the engine's
+//           default). Timed from engine::start to the first status (asked
+//           every 20 ms) in which every proxy is phase running with an
+//           address. A proxy's path (docs/spec.md 27): its first look is its
+//           link's bulk read after the dial (1 RPC per host, all its
+//           proxies), which finds no domain; it creates (define + start +
+//           lease addresses: 3 RPCs), and the test driver's made-up lease
+//           makes it running at once. The links' dial (SSH + libvirt open +
+//           event registration) is inside the timed window. Probes are off (the test
 //           driver's addresses are not real) and so is gc (all H entries are
 //           one shared state: each host's gc would delete the proxies declared
 //           on the others).
@@ -538,7 +539,7 @@ struct options {
   int runs = 3;
   int hosts = 8;
   int proxies = 200;
-  int poll_ms = 200;
+  int poll_ms = 2000;
   std::vector<int> workers{3, 8};
   std::vector<std::string> transports{"ssh", "libssh2"};
   std::string script;

@@ -244,11 +244,9 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
   r.mark = spec.mark;
   if (!spec.mac.empty())
     r.macs.push_back(spec.mac);
-  if (auto err = read_state(dom.get(), r)) {
-    // It did start; failing here would make the caller retry a create.
-    r.state = domain_state::running;
-    r.notes.push_back(render(err));
-  }
+  // virDomainCreate returned once the domain ran: no read of its state (an
+  // RPC per create). A crash right after is the link's event to report.
+  r.state = domain_state::running;
   // The addresses too, while we hold the domain: a VM that already has one
   // (a fast lease, the test driver) is running now, not one poll later. A
   // failure here is only a note: the next poll reads them again.
