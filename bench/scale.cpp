@@ -3,7 +3,10 @@
 //   bench-scale [--proxies N] [--hosts H] [--poll-ms P] [--rest-s S]
 //
 // Prints: time to converge (every proxy running with an address), peak RSS
-// per proxy, the time to answer a status query for all proxies (median and
+// per proxy (the in-process test driver's domains included), the heap in
+// use per proxy at rest split into the test driver's domain (measured alone
+// before the engine starts: that memory is libvirtd's on a real host) and
+// the engine's own, the time to answer a status query for all proxies (median and
 // max of 20), the engine's CPU at rest: the process's CPU time over S
 // seconds (default 20) after convergence, in cores, with the read-backs and
 // bulk reads it did meanwhile (libvirt calls per second per host), and how
@@ -25,6 +28,7 @@
 #include <random>
 #include <vector>
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <caf/actor_system.hpp>
@@ -48,6 +52,38 @@ long rss_kib(const char* field) {
     if (line.rfind(field, 0) == 0)
       return std::stol(line.substr(std::strlen(field)));
   return -1;
+}
+
+// Bytes malloc has handed out and not taken back, over every arena: what
+// the process holds, free of RSS's arena slack and page granularity.
+double heap_in_use() {
+  auto m = ::mallinfo2();
+  return double(m.uordblks) + double(m.hblkhd);
+}
+
+// What the in-process test driver holds per running domain of a proxy's
+// shape: `k` defined and started on their own, measured, then deleted.
+double driver_bytes_per_domain(size_t k) {
+  auto c = egress::lv::connection::open("test:///default");
+  if (!c)
+    return 0;
+  auto h0 = heap_in_use();
+  for (size_t i = 0; i < k; ++i) {
+    egress::domain_spec d;
+    d.name = "driver-" + std::to_string(i);
+    d.domain_type = "test";
+    d.network = "default";
+    d.mark = {"driver-" + std::to_string(i), "2026-01-01T00:00:00Z", "driver",
+              std::string(64, '0'), {}, "hv0"};
+    if (auto r = egress::lv::define_and_start(**c, d, {}); !r) {
+      std::fprintf(stderr, "define %s: %s\n", d.name.c_str(), egress::render(r.error()).c_str());
+      return 0;
+    }
+  }
+  auto per = (heap_in_use() - h0) / double(k);
+  for (size_t i = 0; i < k; ++i)
+    (void)egress::lv::delete_domain(**c, "driver-" + std::to_string(i));
+  return per;
 }
 
 double ms(steady_clock::duration d) {
@@ -218,6 +254,11 @@ int main(int argc, char** argv) {
     p.network = "default";
     ec.proxies.push_back(p);
   }
+  // Held open for the whole run: the test driver's state lives while a
+  // connection to it does, so the measure below and the engine share it.
+  auto held = egress::lv::connection::open("test:///default");
+  auto driver_kib = driver_bytes_per_domain(std::min<size_t>(n, 1000)) / 1024.0;
+  auto base_heap = heap_in_use();
   auto base_rss = rss_kib("VmRSS:");
   auto t0 = steady_clock::now();
   auto eng = egress::engine::start(sys, ec);
@@ -259,6 +300,7 @@ int main(int argc, char** argv) {
   double rest_s_real = ms(steady_clock::now() - r0) / 1000.0;
   double rest_cores = (cpu_seconds() - cpu0) / rest_s_real;
   double rest_rss_per_proxy = double(rss_kib("VmRSS:") - base_rss) / double(n);
+  double rest_heap_kib = (heap_in_use() - base_heap) / 1024.0 / double(n);
   auto after = eng->status(seconds(30));
   // A read-back is 4 libvirt calls (lookup, state, mark, addresses), a bulk
   // read is one.
@@ -273,6 +315,9 @@ int main(int argc, char** argv) {
   std::printf("  peak RSS: %ld KiB total, %.1f KiB per proxy (above a %ld KiB baseline); "
               "at rest %.1f KiB per proxy\n",
               peak, rss_per_proxy, base_rss, rest_rss_per_proxy);
+  std::printf("  heap in use at rest: %.1f KiB per proxy = the test driver's domain %.1f KiB"
+              " (%zu defined alone first) + the engine's own %.1f KiB\n",
+              rest_heap_kib, driver_kib, std::min<size_t>(n, 1000), rest_heap_kib - driver_kib);
   std::printf("  status query for all proxies: median %.2f ms, max %.2f ms (20 runs)\n",
               query[query.size() / 2], query.back());
   std::printf("  CPU at rest over %ld s after convergence: %.3f of a core\n", rest_s, rest_cores);
@@ -285,12 +330,14 @@ int main(int argc, char** argv) {
   using egress::test::figures;
   figures csv{"proxies", "hosts", "poll_ms", "converge_s", "rest_cpu_cores",
               "rss_kib_per_proxy", "status_query_ms", "rest_calls_per_s_host",
-              "destroy_engine_ms", "destroy_poll_ms", "rest_rss_kib_per_proxy"};
+              "destroy_engine_ms", "destroy_poll_ms", "rest_rss_kib_per_proxy",
+              "rest_heap_kib_per_proxy", "driver_heap_kib_per_domain"};
   csv.row({std::to_string(n), std::to_string(hosts), std::to_string(poll_ms),
            figures::cell(ms(converge) / 1000.0), figures::cell(rest_cores),
            figures::cell(rss_per_proxy), figures::cell(query[query.size() / 2]),
            figures::cell(calls_per_s_host), figures::cell(destroy.engine_ms),
-           figures::cell(destroy.poll_ms), figures::cell(rest_rss_per_proxy)});
+           figures::cell(destroy.poll_ms), figures::cell(rest_rss_per_proxy),
+           figures::cell(rest_heap_kib), figures::cell(driver_kib)});
   if (auto err = eng->stop(seconds(30)))
     std::fprintf(stderr, "stop: %s\n", egress::render(err).c_str());
   return running == n ? 0 : 1;
