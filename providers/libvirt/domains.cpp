@@ -228,7 +228,10 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
   domain_ptr dom{virDomainDefineXML(c.get(), xml->c_str())};
   if (!dom)
     return last_error("define " + spec.name);
-  if (virDomainCreate(dom.get()) < 0) {
+  // virDomainCreateWithFlags, not virDomainCreate: over the remote driver
+  // the latter is two round trips (the start, then a lookup by uuid for the
+  // domain's id), the former one (its answer carries the domain).
+  if (virDomainCreateWithFlags(dom.get(), 0) < 0) {
     auto err = last_error("start " + spec.name);
     // Leave nothing behind; if this fails too, the create error still wins
     // and the next reconcile finds (and owns, by its mark) the leftover.
@@ -244,8 +247,8 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
   r.mark = spec.mark;
   if (!spec.mac.empty())
     r.macs.push_back(spec.mac);
-  // virDomainCreate returned once the domain ran: no read of its state (an
-  // RPC per create). A crash right after is the link's event to report.
+  // The start returned once the domain ran: no read of its state (an RPC
+  // per create). A crash right after is the link's event to report.
   r.state = domain_state::running;
   // The addresses too, while we hold the domain: a VM that already has one
   // (a fast lease, the test driver) is running now, not one poll later. A
@@ -297,7 +300,7 @@ caf::error start_domain(connection& c, const std::string& name) {
     return last_error("start " + name);
   if (active == 1)
     return {};
-  if (virDomainCreate(dom->get()) < 0)
+  if (virDomainCreateWithFlags(dom->get(), 0) < 0) // one round trip (see define_and_start)
     return last_error("start " + name);
   return {};
 }
