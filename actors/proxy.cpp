@@ -117,6 +117,12 @@ void forget_macs(proxy_pointer self) {
 
 void poll(proxy_pointer self);
 
+// No libvirt step in flight: idle, or waiting for its first look (which is
+// the link's read, not its own).
+bool between_steps(const proxy_state& st) {
+  return st.activity == proxy_activity::idle || st.activity == proxy_activity::first_look;
+}
+
 // The poll timer runs only while the proxy is not settled and no lease list
 // of its link brings the address it waits for (one timer at a time).
 bool polls_itself(const proxy_state& st) {
@@ -495,8 +501,7 @@ void poll(proxy_pointer self) {
   auto& st = self->state;
   if (st.activity == proxy_activity::erasing || st.erase_after_step)
     return;
-  // Waiting for its first look is no step: nothing in flight to wait for.
-  if (st.activity != proxy_activity::idle && st.activity != proxy_activity::first_look) {
+  if (!between_steps(st)) {
     st.read_after_step = true;
     return;
   }
@@ -705,7 +710,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       auto& st = self->state;
       st.poll_armed = false;
       // Mid-step it waits: the step's end reads back or arms it again.
-      if (st.activity != proxy_activity::idle && st.activity != proxy_activity::first_look)
+      if (!between_steps(st))
         return;
       if (polls_itself(st))
         poll(self);
@@ -725,8 +730,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
         return rp;
       // Waiting for images is no libvirt step: nothing to race, and a fill
       // may take its whole budget. Their late answers change nothing then.
-      if (st.activity == proxy_activity::idle || st.activity == proxy_activity::first_look
-          || st.activity == proxy_activity::awaiting_images) {
+      if (between_steps(st) || st.activity == proxy_activity::awaiting_images) {
         erase(self);
         return rp;
       }
