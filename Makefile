@@ -7,7 +7,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build appliance run run-default test unit deb bench clean
+.PHONY: all deps build appliance run run-default test unit soak deb bench clean
 
 all: build
 
@@ -36,6 +36,11 @@ run-default: build
 
 test: build appliance
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
+
+# The chaos soak (root): SOAK_ARGS="--hosts 4 --proxies 60 --minutes 30 --seed 7".
+SOAK_ARGS ?= --minutes 5
+soak: build
+	$(BUILD)/soak $(SOAK_ARGS)
 
 # The Debian package from this build tree, into $(BUILD)/deb (debhelper).
 deb: build

@@ -1,0 +1,80 @@
+#include "soak/checker.hpp"
+
+#include <cstdio>
+
+namespace egress::soak {
+
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+} // namespace
+
+void checker::add(double t_s, std::string what) {
+  std::printf("soak: VIOLATION at %.1f s: %s\n", t_s, what.c_str());
+  violations_.push_back({t_s, std::move(what)});
+}
+
+bool checker::excused(const proxy_status& p, clock_type::time_point now) const {
+  if (now < all_until_)
+    return true;
+  if (auto i = host_until_.find(p.host); i != host_until_.end() && now < i->second)
+    return true;
+  auto i = proxy_until_.find(p.name);
+  return i != proxy_until_.end() && now < i->second;
+}
+
+void checker::on_status(const fleet_status& st, double answer_s, clock_type::time_point now,
+                        double t_s) {
+  if (answer_s > held_bound_s_)
+    add(t_s, "a status request was held " + seconds_text(answer_s) + " (bound "
+               + seconds_text(held_bound_s_) + ")");
+  std::set<std::string> in;
+  for (auto& p : st.proxies) {
+    if (p.in_rotation) {
+      in.insert(p.name);
+      continue;
+    }
+    if (was_in_rotation_.count(p.name) != 0 && !excused(p, now))
+      add(t_s, p.name + " on " + p.host + " left the rotation with no fault on its host ("
+                 + to_string(p.phase) + (p.last_error.empty() ? "" : ": " + p.last_error)
+                 + ")");
+  }
+  was_in_rotation_ = std::move(in);
+}
+
+void checker::on_status_failed(const std::string& why, double answer_s, double t_s) {
+  add(t_s, "no status (" + why + ") after " + seconds_text(answer_s));
+}
+
+void checker::on_host(const std::string& host, const std::vector<domain_reading>& ours,
+                      const std::set<std::string>& declared, clock_type::time_point now,
+                      double t_s) {
+  std::set<std::string> seen;
+  for (auto& d : ours) {
+    if (declared.count(d.name) != 0)
+      continue;
+    auto key = host + "/" + d.name;
+    seen.insert(key);
+    auto [at, fresh] = orphan_since_.emplace(key, now);
+    (void) fresh;
+    auto age = std::chrono::duration<double>(now - at->second).count();
+    if (age > orphan_bound_s_ && orphans_reported_.insert(key).second)
+      add(t_s, "domain " + d.name + " on " + host + " carries our mark but no proxy declares it"
+                 " there, for " + seconds_text(age));
+  }
+  std::erase_if(orphan_since_, [&](auto& kv) {
+    return kv.first.rfind(host + "/", 0) == 0 && seen.count(kv.first) == 0;
+  });
+}
+
+void checker::on_foreign(const std::string& host, bool intact, double t_s) {
+  if (!intact && orphans_reported_.insert(host + "/foreign").second)
+    add(t_s, "the unmarked domain \"foreign\" on " + host + " was stopped or removed");
+}
+
+} // namespace egress::soak

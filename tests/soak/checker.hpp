@@ -1,0 +1,69 @@
+#pragma once
+// The soak's checker (tests/soak/main.cpp): fed every status answer and every
+// host's domain list as the run goes, it records each broken promise with the
+// time it was seen. What a fault excuses is said by the nemesis: a host's
+// proxies may leave the rotation while their host is held and for a grace
+// after the heal; a proxy whose VM was destroyed or whose spec changed, for
+// a grace; every proxy, across an engine restart.
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "messages/types.hpp"
+
+namespace egress::soak {
+
+using clock_type = std::chrono::steady_clock;
+
+struct violation {
+  double t_s = 0;
+  std::string what;
+};
+
+class checker {
+public:
+  /// `held_bound_s`: a status answer slower than this is a caller held past
+  /// its budget; `orphan_bound_s`: how long a domain of ours that no proxy
+  /// declares may stay (a removal waiting for its host counts in it).
+  checker(double held_bound_s, double orphan_bound_s)
+    : held_bound_s_(held_bound_s), orphan_bound_s_(orphan_bound_s) {}
+
+  void excuse_host(const std::string& host, clock_type::time_point until) {
+    host_until_[host] = until;
+  }
+  void excuse_proxy(const std::string& name, clock_type::time_point until) {
+    proxy_until_[name] = until;
+  }
+  /// After an engine restart: nothing of the old engine's rotation carries over.
+  void restart(clock_type::time_point until) {
+    all_until_ = until;
+    was_in_rotation_.clear();
+  }
+
+  void on_status(const fleet_status& st, double answer_s, clock_type::time_point now, double t_s);
+  void on_status_failed(const std::string& why, double answer_s, double t_s);
+  /// `ours`: the marked domains of `host` read over the soak's own
+  /// connection; `declared`: the proxies the config puts there.
+  void on_host(const std::string& host, const std::vector<domain_reading>& ours,
+               const std::set<std::string>& declared, clock_type::time_point now, double t_s);
+  void on_foreign(const std::string& host, bool intact, double t_s);
+
+  void add(double t_s, std::string what);
+  const std::vector<violation>& violations() const { return violations_; }
+
+private:
+  bool excused(const proxy_status& p, clock_type::time_point now) const;
+
+  double held_bound_s_, orphan_bound_s_;
+  std::map<std::string, clock_type::time_point> host_until_, proxy_until_;
+  clock_type::time_point all_until_{};
+  std::set<std::string> was_in_rotation_;
+  std::map<std::string, clock_type::time_point> orphan_since_; // "host/name"
+  std::set<std::string> orphans_reported_;
+  std::vector<violation> violations_;
+};
+
+} // namespace egress::soak

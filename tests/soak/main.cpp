@@ -1,0 +1,622 @@
+// soak: randomized faults across many hosts, the engine's promises checked
+// all the time (the checker never sleeps longer than a tick).
+//
+//   soak [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]
+//        [--bed test-driver]                     (root; exit 77 otherwise)
+//
+// The bed (tests/soak/bed.hpp): N hosts, each a private libvirtd serving its
+// test driver behind an sshd in its own network namespace; P image-less
+// proxies round-robin over them, the engine started in this process through
+// its public API (egress::engine), probes off (the test driver's addresses
+// are made up), gc on. The nemesis plays the schedule drawn from the seed
+// (tests/soak/schedule.hpp): partitions, libvirtd stopped or killed and
+// restarted, sshd killed and restarted, domains destroyed or undefined behind
+// the engine's back, reloads that remove, add and change proxies, engine
+// restarts. The last 30 s (at least) hold no fault: once the last fault is
+// healed the fleet must converge, and the rest of the time is steady state,
+// checked as well.
+//
+// Violations (tests/soak/checker.hpp), each with its time:
+//  - a status request answered later than the call budget + 1 s;
+//  - a proxy leaving the rotation while nothing excuses it (no fault on its
+//    host, its VM untouched, its spec unchanged, no engine restart);
+//  - a domain with our mark that no proxy declares on its host, for longer
+//    than 90 s (two VMs for one proxy would show here);
+//  - the unmarked domain "foreign" stopped or removed;
+//  - not converged (every declared proxy running, with an address, in
+//    rotation, and exactly the declared domains on each host) within 90 s
+//    of the last heal;
+//  - after convergence, threads above the baseline + 4, fds above the
+//    baseline + 8, RSS above the baseline + 64 MiB (the baseline is read at
+//    the first convergence).
+//
+// Output: DIR/timeline.csv (one row a second), DIR/violations.csv,
+// DIR/timeline.svg (gnuplot, tests/soak/soak.gp) and one summary line
+//   soak: seed=S minutes=M faults=F partition=.. ... violations=V
+//         converged_after_last_heal_s=T
+// Exit 0 without violations, 1 with. The same seed plays the same schedule.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "base/log.hpp"
+#include "messages/error.hpp"
+#include "runtime/engine.hpp"
+#include "soak/bed.hpp"
+#include "soak/checker.hpp"
+#include "soak/schedule.hpp"
+#include "support/testbed.hpp"
+
+using namespace egress;
+using namespace egress::soak;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string entry = "soak";
+constexpr double grace_s = 30;          // a fault's excuse outlives its heal by this
+constexpr double converge_bound_s = 90; // after the last heal
+constexpr double orphan_bound_s = 90;
+
+struct options {
+  int hosts = 3;
+  int proxies = 30;
+  double minutes = 2;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  std::string out;
+  std::string bed = "test-driver";
+};
+
+double since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+size_t count_dir(const char* path) {
+  size_t n = 0;
+  if (DIR* d = ::opendir(path)) {
+    while (auto* e = ::readdir(d))
+      n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+struct usage {
+  size_t threads = 0, fds = 0;
+  long rss_kib = 0;
+  static usage now() {
+    usage u;
+    u.threads = count_dir("/proc/self/task");
+    u.fds = count_dir("/proc/self/fd");
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2)
+        resident = 0;
+      std::fclose(f);
+    }
+    u.rss_kib = resident * (::sysconf(_SC_PAGESIZE) / 1024);
+    return u;
+  }
+};
+
+// The declared fleet and its changes (the reload fault).
+class declared_fleet {
+public:
+  declared_fleet(int proxies, const std::vector<std::string>& hosts) : hosts_(hosts) {
+    for (int i = 0; i < proxies; ++i)
+      add(hosts_[static_cast<size_t>(i) % hosts_.size()]);
+  }
+
+  const std::vector<proxy_spec>& proxies() const { return proxies_; }
+
+  std::set<std::string> on(const std::string& host) const {
+    std::set<std::string> out;
+    for (auto& p : proxies_)
+      if (p.host == host)
+        out.insert(p.name);
+    return out;
+  }
+
+  std::optional<std::string> pick_on(const std::string& host, uint64_t pick) const {
+    auto names = on(host);
+    if (names.empty())
+      return std::nullopt;
+    return *std::next(names.begin(), static_cast<long>(pick % names.size()));
+  }
+
+  /// One change from `pick`: remove a proxy, add one on `host`, or change
+  /// one's memory (a spec change: the engine replaces its VM). Returns what
+  /// it did and the proxy whose rotation the change excuses ("" for none).
+  std::pair<std::string, std::string> change(uint64_t pick, const std::string& host) {
+    auto what = pick % 3;
+    if (what == 0 && proxies_.size() > 1) {
+      auto i = (pick / 3) % proxies_.size();
+      auto name = proxies_[i].name;
+      proxies_.erase(proxies_.begin() + static_cast<long>(i));
+      return {"removed " + name, ""};
+    }
+    if (what == 1 || proxies_.empty()) {
+      auto& p = add(host);
+      return {"added " + p.name + " on " + host, ""};
+    }
+    auto& p = proxies_[(pick / 3) % proxies_.size()];
+    p.memory_mib = p.memory_mib == 64 ? 80 : 64;
+    return {"changed " + p.name + " to " + std::to_string(p.memory_mib) + " MiB", p.name};
+  }
+
+private:
+  proxy_spec& add(const std::string& host) {
+    char name[16];
+    std::snprintf(name, sizeof name, "s%04d", next_++);
+    proxy_spec p;
+    p.name = name;
+    p.host = host;
+    p.vcpus = 1;
+    p.memory_mib = 64;
+    p.network = "default";
+    proxies_.push_back(std::move(p));
+    return proxies_.back();
+  }
+
+  std::vector<std::string> hosts_;
+  std::vector<proxy_spec> proxies_;
+  int next_ = 0;
+};
+
+class soak_run {
+public:
+  soak_run(const options& o, std::vector<std::unique_ptr<soak_host>>& hosts,
+           caf::actor_system& sys)
+    : o_(o), hosts_(hosts), sys_(sys), fleet_(o.proxies, host_names(hosts)),
+      check_(6.0, orphan_bound_s) {}
+
+  int run(const std::vector<fault>& schedule, double nemesis_s) {
+    start_engine();
+    t0_ = clock_type::now();
+    auto first = wait_converged(120);
+    if (!first) {
+      check_.add(since(t0_), "the fleet did not converge at the start within 120 s");
+      return finish(schedule, -1);
+    }
+    baseline_ = usage::now();
+    std::printf("soak: converged at the start in %.1f s; baseline threads %zu, fds %zu, RSS"
+                " %ld KiB\n",
+                *first, baseline_.threads, baseline_.fds, baseline_.rss_kib);
+    nemesis_t0_ = clock_type::now();
+    play(schedule);
+    auto after = wait_converged(converge_bound_s);
+    if (!after)
+      check_.add(since(t0_), "not converged within " + std::to_string(int(converge_bound_s))
+                               + " s of the last heal: " + last_unconverged_);
+    settle_and_check_usage();
+    while (since(nemesis_t0_) < nemesis_s) { // the rest of the time: steady state, checked
+      tick(true);
+      row_if_due();
+      std::this_thread::sleep_for(250ms);
+    }
+    return finish(schedule, after ? *after : -1);
+  }
+
+private:
+  static std::vector<std::string> host_names(const std::vector<std::unique_ptr<soak_host>>& hs) {
+    std::vector<std::string> out;
+    for (auto& h : hs)
+      out.push_back(h->name());
+    return out;
+  }
+
+  engine_config config() const {
+    engine_config cfg;
+    cfg.entry = entry;
+    cfg.shutdown_timeout = 10s;
+    cfg.probe.mode = "off";
+    cfg.gc = true;
+    for (auto& h : hosts_)
+      cfg.hosts.push_back(h->config());
+    cfg.proxies = fleet_.proxies();
+    return cfg;
+  }
+
+  void start_engine() {
+    auto eng = engine::start(sys_, config());
+    if (!eng)
+      throw std::runtime_error("engine start: " + render(eng.error()));
+    eng_.emplace(std::move(*eng));
+  }
+
+  void stop_engine() {
+    if (!eng_)
+      return;
+    if (auto err = eng_->stop())
+      check_.add(since(t0_), "engine stop: " + render(err));
+    eng_.reset();
+  }
+
+  double now_s() const { return since(t0_); }
+
+  // The nemesis: starts and heals faults on their schedule while the
+  // checker runs every tick in between.
+  void play(const std::vector<fault>& schedule) {
+    struct held {
+      double until_s;
+      int host;
+    };
+    std::vector<held> holding;
+    size_t next = 0;
+    double next_hosts = 0;
+    while (next < schedule.size() || !holding.empty()) {
+      double t = since(nemesis_t0_);
+      for (auto it = holding.begin(); it != holding.end();) {
+        if (it->until_s > t) {
+          ++it;
+          continue;
+        }
+        heal(it->host);
+        it = holding.erase(it);
+      }
+      while (next < schedule.size() && schedule[next].at_s <= t) {
+        auto& f = schedule[next++];
+        if (start(f))
+          holding.push_back({f.at_s + f.hold_s, f.host});
+      }
+      tick(t >= next_hosts);
+      if (t >= next_hosts)
+        next_hosts = t + 1;
+      row_if_due();
+      std::this_thread::sleep_for(250ms);
+    }
+  }
+
+  void row_if_due() {
+    if (now_s() < next_row_s_)
+      return;
+    row();
+    next_row_s_ = now_s() + 1;
+  }
+
+  bool start(const fault& f) {
+    auto& h = *hosts_[static_cast<size_t>(f.host) % hosts_.size()];
+    ++counts_[to_string(f.kind)];
+    auto far = clock_type::time_point::max();
+    auto excuse = clock_type::now() + std::chrono::seconds(int(grace_s));
+    std::string what = std::string{to_string(f.kind)} + " " + h.name();
+    switch (f.kind) {
+      case fault_kind::partition:
+      case fault_kind::stop_libvirtd:
+      case fault_kind::kill_libvirtd:
+      case fault_kind::kill_sshd:
+        check_.excuse_host(h.name(), far);
+        h.apply(f.kind == fault_kind::partition       ? host_fault::partitioned
+                : f.kind == fault_kind::stop_libvirtd ? host_fault::libvirtd_stopped
+                : f.kind == fault_kind::kill_libvirtd ? host_fault::libvirtd_killed
+                                                      : host_fault::sshd_killed);
+        note(what);
+        return true;
+      case fault_kind::destroy_domain:
+      case fault_kind::undefine_domain: {
+        auto name = fleet_.pick_on(h.name(), f.pick);
+        if (!name) {
+          note(what + ": no proxy there");
+          return false;
+        }
+        check_.excuse_proxy(*name, excuse);
+        auto err = h.destroy(*name, f.kind == fault_kind::undefine_domain);
+        note(what + " " + *name + (err ? " (" + render(err) + ")" : ""));
+        return false;
+      }
+      case fault_kind::reload: {
+        auto [did, excused] = fleet_.change(f.pick, h.name());
+        if (!excused.empty())
+          check_.excuse_proxy(excused, excuse);
+        auto answer = eng_->reload(config());
+        note("reload: " + did + (answer ? "" : " REFUSED: " + render(answer.error())));
+        if (!answer)
+          check_.add(now_s(), "a valid reload was refused: " + render(answer.error()));
+        return false;
+      }
+      case fault_kind::restart_engine: {
+        auto t = clock_type::now();
+        stop_engine();
+        start_engine();
+        check_.restart(clock_type::now() + std::chrono::seconds(int(grace_s)));
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " (stop + start %.2f s)", since(t));
+        note("restart_engine" + std::string{buf});
+        return false;
+      }
+    }
+    return false;
+  }
+
+  void heal(int host) {
+    auto& h = *hosts_[static_cast<size_t>(host) % hosts_.size()];
+    h.heal();
+    check_.excuse_host(h.name(), clock_type::now() + std::chrono::seconds(int(grace_s)));
+    note("heal " + h.name());
+  }
+
+  void note(const std::string& what) {
+    std::printf("soak: %7.1f s  %s\n", now_s(), what.c_str());
+    events_ += (events_.empty() ? "" : "; ") + what;
+  }
+
+  // One check of the engine (every tick) and of the hosts (`hosts_too`).
+  void tick(bool hosts_too) {
+    auto t = clock_type::now();
+    auto st = eng_->status(10s);
+    auto answer_s = since(t);
+    if (!st) {
+      check_.on_status_failed(render(st.error()), answer_s, now_s());
+    } else {
+      check_.on_status(*st, answer_s, clock_type::now(), now_s());
+      last_ = *st;
+    }
+    if (!hosts_too)
+      return;
+    for (auto& h : hosts_) {
+      if (auto ours = h->marked(entry))
+        check_.on_host(h->name(), *ours, fleet_.on(h->name()), clock_type::now(), now_s());
+      if (auto intact = h->foreign_intact())
+        check_.on_foreign(h->name(), *intact, now_s());
+    }
+  }
+
+  // Every declared proxy running with an address and in rotation, every
+  // link up, exactly the declared domains on every host.
+  bool converged() {
+    auto st = eng_->status(10s);
+    if (!st) {
+      last_unconverged_ = "status: " + render(st.error());
+      return false;
+    }
+    last_ = *st;
+    size_t good = 0;
+    std::string bad;
+    for (auto& p : st->proxies) {
+      if (p.phase == proxy_phase::running && !p.address.empty() && p.in_rotation)
+        ++good;
+      else if (bad.empty())
+        bad = p.name + " " + to_string(p.phase) + " " + p.last_error;
+    }
+    if (good != fleet_.proxies().size() || st->proxies.size() != good) {
+      last_unconverged_ = std::to_string(good) + "/" + std::to_string(fleet_.proxies().size())
+                          + " proxies ready" + (bad.empty() ? "" : "; first not: " + bad);
+      return false;
+    }
+    for (auto& l : st->links)
+      if (l.state != link_state::up) {
+        last_unconverged_ = "link " + l.host + " " + to_string(l.state) + " " + l.reason;
+        return false;
+      }
+    for (auto& h : hosts_) {
+      auto ours = h->marked(entry);
+      if (!ours) {
+        last_unconverged_ = render(ours.error());
+        return false;
+      }
+      std::set<std::string> names;
+      for (auto& d : *ours)
+        names.insert(d.name);
+      if (names != fleet_.on(h->name())) {
+        last_unconverged_ = h->name() + " holds " + std::to_string(names.size())
+                            + " domains of ours, " + std::to_string(fleet_.on(h->name()).size())
+                            + " declared";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::optional<double> wait_converged(double bound_s) {
+    auto t = clock_type::now();
+    while (since(t) < bound_s) {
+      if (converged())
+        return since(t);
+      tick(true);
+      row_if_due();
+      std::this_thread::sleep_for(250ms);
+    }
+    return std::nullopt;
+  }
+
+  void settle_and_check_usage() {
+    std::this_thread::sleep_for(5s); // abandoned call threads end once their host answers
+    auto u = usage::now();
+    std::printf("soak: after convergence threads %zu (baseline %zu), fds %zu (%zu), RSS %ld KiB"
+                " (%ld)\n",
+                u.threads, baseline_.threads, u.fds, baseline_.fds, u.rss_kib,
+                baseline_.rss_kib);
+    if (u.threads > baseline_.threads + 4)
+      check_.add(now_s(), "threads " + std::to_string(u.threads) + " after the faults, baseline "
+                            + std::to_string(baseline_.threads));
+    if (u.fds > baseline_.fds + 8)
+      check_.add(now_s(), "fds " + std::to_string(u.fds) + " after the faults, baseline "
+                            + std::to_string(baseline_.fds));
+    if (u.rss_kib > baseline_.rss_kib + 64 * 1024)
+      check_.add(now_s(), "RSS " + std::to_string(u.rss_kib) + " KiB after the faults, baseline "
+                            + std::to_string(baseline_.rss_kib));
+  }
+
+  void row() {
+    size_t running = 0, rotation = 0, up = 0;
+    for (auto& p : last_.proxies) {
+      running += p.phase == proxy_phase::running;
+      rotation += p.in_rotation;
+    }
+    for (auto& l : last_.links)
+      up += l.state == link_state::up;
+    size_t held = 0;
+    for (auto& h : hosts_)
+      held += h->fault() != host_fault::none;
+    auto u = usage::now();
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%.1f,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%ld,", now_s(),
+                  fleet_.proxies().size(), running, rotation, up, held,
+                  check_.violations().size(), u.threads, u.fds, u.rss_kib);
+    std::string ev = events_;
+    std::replace(ev.begin(), ev.end(), ',', ';');
+    timeline_ += buf + ev + "\n";
+    events_.clear();
+  }
+
+  int finish(const std::vector<fault>& schedule, double converged_s) {
+    stop_engine();
+    testbed::write_file(o_.out + "/timeline.csv",
+                        "t_s,declared,running,in_rotation,links_up,hosts_held,violations,"
+                        "threads,fds,rss_kib,events\n"
+                          + timeline_);
+    std::string v = "t_s,violation\n";
+    for (auto& x : check_.violations()) {
+      std::string what = x.what;
+      std::replace(what.begin(), what.end(), ',', ';');
+      v += std::to_string(x.t_s) + "," + what + "\n";
+    }
+    testbed::write_file(o_.out + "/violations.csv", v);
+    plot();
+    size_t faults = 0;
+    std::string by_kind;
+    for (auto& [kind, n] : counts_) {
+      faults += n;
+      by_kind += " " + kind + "=" + std::to_string(n);
+    }
+    (void) schedule;
+    std::printf("soak: seed=%llu minutes=%g hosts=%d proxies=%d faults=%zu%s violations=%zu"
+                " converged_after_last_heal_s=%.1f\n",
+                static_cast<unsigned long long>(o_.seed), o_.minutes, o_.hosts, o_.proxies,
+                faults, by_kind.c_str(), check_.violations().size(), converged_s);
+    return check_.violations().empty() ? 0 : 1;
+  }
+
+  void plot() {
+    if (::access("/usr/bin/gnuplot", X_OK) != 0) {
+      std::printf("soak: no /usr/bin/gnuplot (gnuplot-nox): no plot\n");
+      return;
+    }
+    auto r = testbed::run({"/usr/bin/gnuplot", "-e",
+                           "csv='" + o_.out + "/timeline.csv'; out='" + o_.out
+                             + "/timeline.svg'",
+                           std::string{EGRESS_SOURCE_DIR} + "/tests/soak/soak.gp"});
+    if (r.ok())
+      std::printf("soak: plot %s/timeline.svg\n", o_.out.c_str());
+    else
+      std::printf("soak: gnuplot failed: %s\n", r.output.c_str());
+  }
+
+  const options& o_;
+  std::vector<std::unique_ptr<soak_host>>& hosts_;
+  caf::actor_system& sys_;
+  declared_fleet fleet_;
+  checker check_;
+  std::optional<engine> eng_;
+  clock_type::time_point t0_, nemesis_t0_;
+  double next_row_s_ = 0;
+  usage baseline_;
+  fleet_status last_;
+  std::string last_unconverged_;
+  std::string events_, timeline_;
+  std::map<std::string, size_t> counts_;
+};
+
+int usage_error(const char* argv0, const std::string& why) {
+  std::fprintf(stderr,
+               "%s\nusage: %s [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]"
+               " [--bed test-driver]\n",
+               why.c_str(), argv0);
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc)
+      return usage_error(argv[0], "missing value after " + a);
+    std::string v = argv[++i];
+    char* end = nullptr;
+    if (a == "--hosts") {
+      o.hosts = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+      if (*end != '\0' || o.hosts < 1 || o.hosts > 32)
+        return usage_error(argv[0], "--hosts takes 1..32: " + v);
+    } else if (a == "--proxies") {
+      o.proxies = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+      if (*end != '\0' || o.proxies < 1 || o.proxies > 5000)
+        return usage_error(argv[0], "--proxies takes 1..5000: " + v);
+    } else if (a == "--minutes") {
+      o.minutes = std::strtod(v.c_str(), &end);
+      if (*end != '\0' || !(o.minutes >= 0.5) || o.minutes > 24 * 60)
+        return usage_error(argv[0], "--minutes takes 0.5..1440: " + v);
+    } else if (a == "--seed") {
+      o.seed = std::strtoull(v.c_str(), &end, 10);
+      if (*end != '\0' || v.empty())
+        return usage_error(argv[0], "--seed takes an unsigned integer: " + v);
+      o.seed_given = true;
+    } else if (a == "--out") {
+      o.out = v;
+    } else if (a == "--bed") {
+      if (v != "test-driver")
+        return usage_error(argv[0], "--bed: only test-driver is built (VMs are not yet): " + v);
+      o.bed = v;
+    } else {
+      return usage_error(argv[0], "unknown option " + a);
+    }
+  }
+  if (!o.seed_given)
+    o.seed = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  if (o.out.empty())
+    o.out = "soak-" + std::to_string(o.seed);
+  if (::geteuid() != 0) {
+    std::printf("SKIPPED: needs root\n");
+    return 77;
+  }
+  testbed::require_root_or_skip();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  log::set_level(log::level::error);
+  testbed::run({"mkdir", "-p", o.out});
+
+  schedule_options so;
+  so.seed = o.seed;
+  so.hosts = o.hosts;
+  so.seconds = o.minutes * 60;
+  so.quiet_s = std::max(30.0, so.seconds / 10);
+  auto schedule = make_schedule(so);
+  std::printf("soak: seed=%llu (replay: --seed %llu), %d hosts, %d proxies, %g minutes, %zu"
+              " faults scheduled, output %s\n",
+              static_cast<unsigned long long>(o.seed), static_cast<unsigned long long>(o.seed),
+              o.hosts, o.proxies, o.minutes, schedule.size(), o.out.c_str());
+  for (auto& f : schedule)
+    std::printf("soak: scheduled %s\n", describe(f).c_str());
+  try {
+    std::vector<std::unique_ptr<soak_host>> hosts;
+    for (int i = 0; i < o.hosts; ++i)
+      hosts.push_back(std::make_unique<soak_host>("hv" + std::to_string(i)));
+    caf::actor_system_config cfg;
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    egress::configure(cfg);
+    caf::actor_system sys{cfg};
+    soak_run run{o, hosts, sys};
+    return run.run(schedule, so.seconds);
+  } catch (const std::exception& e) {
+    std::printf("soak: FAILED (the bed, not the engine): %s\n", e.what());
+    return 2;
+  }
+}

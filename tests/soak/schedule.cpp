@@ -1,0 +1,84 @@
+#include "soak/schedule.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+namespace egress::soak {
+
+namespace {
+
+constexpr fault_kind kinds[] = {
+  fault_kind::partition,      fault_kind::stop_libvirtd,   fault_kind::kill_libvirtd,
+  fault_kind::kill_sshd,      fault_kind::destroy_domain,  fault_kind::undefine_domain,
+  fault_kind::reload,         fault_kind::restart_engine,
+};
+
+// std::mt19937_64's output is fixed by the standard; the distributions are
+// not (they differ between standard libraries), so the draws are done here.
+double uniform(std::mt19937_64& rng, double lo, double hi) {
+  return lo + (hi - lo) * static_cast<double>(rng() >> 11) / static_cast<double>(1ull << 53);
+}
+
+} // namespace
+
+const char* to_string(fault_kind k) {
+  switch (k) {
+    case fault_kind::partition: return "partition";
+    case fault_kind::stop_libvirtd: return "stop_libvirtd";
+    case fault_kind::kill_libvirtd: return "kill_libvirtd";
+    case fault_kind::kill_sshd: return "kill_sshd";
+    case fault_kind::destroy_domain: return "destroy_domain";
+    case fault_kind::undefine_domain: return "undefine_domain";
+    case fault_kind::reload: return "reload";
+    case fault_kind::restart_engine: return "restart_engine";
+  }
+  return "?";
+}
+
+bool holds_host(fault_kind k) {
+  return k == fault_kind::partition || k == fault_kind::stop_libvirtd
+         || k == fault_kind::kill_libvirtd || k == fault_kind::kill_sshd;
+}
+
+std::vector<fault> make_schedule(const schedule_options& o) {
+  std::mt19937_64 rng{o.seed};
+  std::vector<fault> out;
+  std::vector<double> busy_until(static_cast<size_t>(std::max(o.hosts, 1)), 0.0);
+  const double last_heal = o.seconds - o.quiet_s;
+  for (double t = uniform(rng, o.min_gap_s, o.max_gap_s); t < last_heal;
+       t += uniform(rng, o.min_gap_s, o.max_gap_s)) {
+    fault f;
+    f.at_s = t;
+    f.kind = kinds[rng() % std::size(kinds)];
+    f.host = static_cast<int>(rng() % busy_until.size());
+    f.pick = rng();
+    double hold = uniform(rng, o.min_hold_s, o.max_hold_s);
+    if (!holds_host(f.kind)) {
+      out.push_back(f);
+      continue;
+    }
+    size_t held = 0;
+    for (double b : busy_until)
+      held += b > t;
+    if (busy_until[static_cast<size_t>(f.host)] > t || held + 1 >= busy_until.size())
+      continue; // the host is taken, or it would be the last healthy one
+    f.hold_s = std::min(hold, last_heal - t);
+    busy_until[static_cast<size_t>(f.host)] = t + f.hold_s;
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::string describe(const fault& f) {
+  char buf[128];
+  if (holds_host(f.kind))
+    std::snprintf(buf, sizeof buf, "%7.1fs %-15s host %d for %.1fs", f.at_s, to_string(f.kind),
+                  f.host, f.hold_s);
+  else
+    std::snprintf(buf, sizeof buf, "%7.1fs %-15s host %d pick %llu", f.at_s, to_string(f.kind),
+                  f.host, static_cast<unsigned long long>(f.pick % 1000));
+  return buf;
+}
+
+} // namespace egress::soak

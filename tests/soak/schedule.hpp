@@ -1,0 +1,54 @@
+#pragma once
+// The soak's fault schedule (tests/soak/main.cpp): every fault, its start,
+// its host and how long it holds, drawn from the seed before the run starts,
+// so a seed that found a violation replays the same faults in the same order
+// at the same offsets. Pure: no clock, no daemon.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace egress::soak {
+
+enum class fault_kind : uint8_t {
+  partition,        // the host's namespace drops every packet, both ways; heal
+  stop_libvirtd,    // SIGSTOP libvirtd; SIGCONT at the end
+  kill_libvirtd,    // SIGKILL libvirtd; restarted at the end (the test driver's state is lost)
+  kill_sshd,        // SIGKILL the sshd listener (open sessions live on, as on a real host): new dials fail until it is restarted at the end
+  destroy_domain,   // virDomainDestroy of one of our domains behind the engine's back
+  undefine_domain,  // destroy + undefine of one of our domains
+  reload,           // a changed config: a proxy removed, one added, one changed
+  restart_engine,   // engine stop (as on SIGTERM) and start again
+};
+
+const char* to_string(fault_kind k);
+
+/// Whether the fault takes a host out (one at a time per host).
+bool holds_host(fault_kind k);
+
+struct fault {
+  double at_s = 0;       // offset from the start of the nemesis
+  double hold_s = 0;     // until the heal (0: nothing to heal)
+  fault_kind kind{};
+  int host = 0;          // index, for the host faults and the domain faults
+  uint64_t pick = 0;     // draws the proxy (domain faults) or the change (reload)
+};
+
+struct schedule_options {
+  uint64_t seed = 1;
+  int hosts = 3;
+  double seconds = 120;  // faults start in [0, seconds - quiet_s)
+  double quiet_s = 30;   // no fault starts in the last quiet_s, and every heal is before
+  double min_gap_s = 1, max_gap_s = 6;
+  double min_hold_s = 1, max_hold_s = 10;
+};
+
+/// The faults, sorted by start. At most hosts - 1 hosts are held at once (a
+/// healthy host is always left to check that its proxies are untouched), and
+/// a host holds one host fault at a time.
+std::vector<fault> make_schedule(const schedule_options& o);
+
+/// "12.5s partition hv1 for 4.0s": one line per fault, for the log.
+std::string describe(const fault& f);
+
+} // namespace egress::soak
