@@ -37,13 +37,30 @@ void checker::on_status(const fleet_status& st, double answer_s, clock_type::tim
   for (auto& p : st.proxies) {
     if (p.in_rotation) {
       in.insert(p.name);
+      out_since_.erase(p.name);
       continue;
     }
-    if (was_in_rotation_.count(p.name) != 0 && !excused(p, now))
-      add(t_s, p.name + " on " + p.host + " left the rotation with no fault on its host ("
-                 + to_string(p.phase) + (p.last_error.empty() ? "" : ": " + p.last_error)
-                 + ")");
+    auto why = " (" + std::string{to_string(p.phase)}
+               + (p.last_error.empty() ? "" : ": " + p.last_error) + ")";
+    if (excused(p, now)) {
+      out_since_.erase(p.name);
+      continue;
+    }
+    if (was_in_rotation_.count(p.name) != 0)
+      add(t_s, p.name + " on " + p.host + " left the rotation with no fault on its host" + why);
+    auto [at, fresh] = out_since_.emplace(p.name, now);
+    (void) fresh;
+    auto out_s = std::chrono::duration<double>(now - at->second).count();
+    if (out_s > stuck_bound_s_ && stuck_reported_.insert(p.name).second)
+      add(t_s, p.name + " on " + p.host + " has been out of the rotation for "
+                 + seconds_text(out_s) + " with nothing to excuse it" + why);
   }
+  std::erase_if(out_since_, [&](auto& kv) {
+    for (auto& p : st.proxies)
+      if (p.name == kv.first)
+        return false;
+    return true; // no longer declared
+  });
   was_in_rotation_ = std::move(in);
 }
 

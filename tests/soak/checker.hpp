@@ -4,7 +4,8 @@
 // time it was seen. What a fault excuses is said by the nemesis: a host's
 // proxies may leave the rotation while their host is held and for a grace
 // after the heal; a proxy whose VM was destroyed or whose spec changed, for
-// a grace; every proxy, across an engine restart.
+// a grace; every proxy, across an engine restart. A proxy out of the rotation
+// with nothing excusing it for longer than a bound is stuck.
 
 #include <chrono>
 #include <map>
@@ -28,8 +29,11 @@ public:
   /// `held_bound_s`: a status answer slower than this is a caller held past
   /// its budget; `orphan_bound_s`: how long a domain of ours that no proxy
   /// declares may stay (a removal waiting for its host counts in it).
-  checker(double held_bound_s, double orphan_bound_s)
-    : held_bound_s_(held_bound_s), orphan_bound_s_(orphan_bound_s) {}
+  /// `stuck_bound_s`: how long a proxy may stay out of the rotation with
+  /// nothing excusing it (a new or replaced one is created in that time).
+  checker(double held_bound_s, double orphan_bound_s, double stuck_bound_s = 60)
+    : held_bound_s_(held_bound_s), orphan_bound_s_(orphan_bound_s),
+      stuck_bound_s_(stuck_bound_s) {}
 
   void excuse_host(const std::string& host, clock_type::time_point until) {
     host_until_[host] = until;
@@ -57,10 +61,12 @@ public:
 private:
   bool excused(const proxy_status& p, clock_type::time_point now) const;
 
-  double held_bound_s_, orphan_bound_s_;
+  double held_bound_s_, orphan_bound_s_, stuck_bound_s_;
   std::map<std::string, clock_type::time_point> host_until_, proxy_until_;
   clock_type::time_point all_until_{};
   std::set<std::string> was_in_rotation_;
+  std::map<std::string, clock_type::time_point> out_since_; // unexcused, out of rotation
+  std::set<std::string> stuck_reported_;
   std::map<std::string, clock_type::time_point> orphan_since_; // "host/name"
   std::set<std::string> orphans_reported_;
   std::vector<violation> violations_;

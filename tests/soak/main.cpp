@@ -2,17 +2,20 @@
 // all the time (the checker never sleeps longer than a tick).
 //
 //   soak [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]
-//        [--bed test-driver]                     (root; exit 77 otherwise)
+//        [--bed test-driver] [--engine in-process|caf-run]
+//                                                (root; exit 77 otherwise)
 //
 // The bed (tests/soak/bed.hpp): N hosts, each a private libvirtd serving its
 // test driver behind an sshd in its own network namespace; P image-less
-// proxies round-robin over them, the engine started in this process through
-// its public API (egress::engine), probes off (the test driver's addresses
-// are made up), gc on. The nemesis plays the schedule drawn from the seed
+// proxies round-robin over them, probes off (the test driver's addresses
+// are made up), gc on. The engine (tests/soak/engine_driver.hpp) runs in this
+// process through its public API (egress::engine), or, with --engine
+// caf-run, as a caf-run process: reloaded by SIGHUP, restarted after SIGTERM
+// or SIGKILL, read through caf-shell --json. The nemesis plays the schedule drawn from the seed
 // (tests/soak/schedule.hpp): partitions, libvirtd stopped or killed and
 // restarted, sshd killed and restarted, domains destroyed or undefined behind
 // the engine's back, reloads that remove, add and change proxies, engine
-// restarts. The last 30 s (at least) hold no fault: once the last fault is
+// restarts (half of them a SIGKILL when the engine is a caf-run process). The last 30 s (at least) hold no fault: once the last fault is
 // healed the fleet must converge, and the rest of the time is steady state,
 // checked as well.
 //
@@ -26,9 +29,9 @@
 //  - not converged (every declared proxy running, with an address, in
 //    rotation, and exactly the declared domains on each host) within 90 s
 //    of the last heal;
-//  - after convergence, threads above the baseline + 4, fds above the
-//    baseline + 8, RSS above the baseline + 64 MiB (the baseline is read at
-//    the first convergence).
+//  - after convergence, the engine process's threads above the baseline + 4,
+//    fds above the baseline + 8, RSS above the baseline + 64 MiB (the
+//    baseline is read at the first convergence).
 //
 // Output: DIR/timeline.csv (one row a second), DIR/violations.csv,
 // DIR/timeline.svg (gnuplot, tests/soak/soak.gp) and one summary line
@@ -61,6 +64,7 @@
 #include "runtime/engine.hpp"
 #include "soak/bed.hpp"
 #include "soak/checker.hpp"
+#include "soak/engine_driver.hpp"
 #include "soak/schedule.hpp"
 #include "support/testbed.hpp"
 
@@ -83,6 +87,7 @@ struct options {
   bool seed_given = false;
   std::string out;
   std::string bed = "test-driver";
+  std::string engine = "in-process";
 };
 
 double since(clock_type::time_point t0) {
@@ -102,12 +107,13 @@ size_t count_dir(const char* path) {
 struct usage {
   size_t threads = 0, fds = 0;
   long rss_kib = 0;
-  static usage now() {
+  static usage of(pid_t pid) {
     usage u;
-    u.threads = count_dir("/proc/self/task");
-    u.fds = count_dir("/proc/self/fd");
+    auto proc = "/proc/" + std::to_string(pid);
+    u.threads = count_dir((proc + "/task").c_str());
+    u.fds = count_dir((proc + "/fd").c_str());
     long pages = 0, resident = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (FILE* f = std::fopen((proc + "/statm").c_str(), "r")) {
       if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2)
         resident = 0;
       std::fclose(f);
@@ -184,19 +190,21 @@ private:
 class soak_run {
 public:
   soak_run(const options& o, std::vector<std::unique_ptr<soak_host>>& hosts,
-           caf::actor_system& sys)
-    : o_(o), hosts_(hosts), sys_(sys), fleet_(o.proxies, host_names(hosts)),
+           std::unique_ptr<engine_driver> eng)
+    : o_(o), hosts_(hosts), eng_(std::move(eng)), fleet_(o.proxies, host_names(hosts)),
       check_(6.0, orphan_bound_s) {}
 
   int run(const std::vector<fault>& schedule, double nemesis_s) {
     start_engine();
     t0_ = clock_type::now();
+    check_.restart(clock_type::time_point::max()); // the first convergence is not checked
     auto first = wait_converged(120);
+    check_.restart(clock_type::now());
     if (!first) {
       check_.add(since(t0_), "the fleet did not converge at the start within 120 s");
       return finish(schedule, -1);
     }
-    baseline_ = usage::now();
+    baseline_ = usage::of(eng_->pid());
     std::printf("soak: converged at the start in %.1f s; baseline threads %zu, fds %zu, RSS"
                 " %ld KiB\n",
                 *first, baseline_.threads, baseline_.fds, baseline_.rss_kib);
@@ -235,19 +243,11 @@ private:
     return cfg;
   }
 
-  void start_engine() {
-    auto eng = engine::start(sys_, config());
-    if (!eng)
-      throw std::runtime_error("engine start: " + render(eng.error()));
-    eng_.emplace(std::move(*eng));
-  }
+  void start_engine() { eng_->start(config()); }
 
   void stop_engine() {
-    if (!eng_)
-      return;
     if (auto err = eng_->stop())
       check_.add(since(t0_), "engine stop: " + render(err));
-    eng_.reset();
   }
 
   double now_s() const { return since(t0_); }
@@ -333,12 +333,18 @@ private:
         return false;
       }
       case fault_kind::restart_engine: {
+        // Half of them, drawn from the pick, SIGKILL a caf-run engine.
+        bool hard = f.pick % 2 == 1;
         auto t = clock_type::now();
-        stop_engine();
+        if (hard)
+          eng_->kill();
+        else
+          stop_engine();
         start_engine();
         check_.restart(clock_type::now() + std::chrono::seconds(int(grace_s)));
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " (stop + start %.2f s)", since(t));
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " (%s + start %.2f s)",
+                      hard ? "kill" : "stop", since(t));
         note("restart_engine" + std::string{buf});
         return false;
       }
@@ -361,7 +367,7 @@ private:
   // One check of the engine (every tick) and of the hosts (`hosts_too`).
   void tick(bool hosts_too) {
     auto t = clock_type::now();
-    auto st = eng_->status(10s);
+    auto st = eng_->status();
     auto answer_s = since(t);
     if (!st) {
       check_.on_status_failed(render(st.error()), answer_s, now_s());
@@ -382,7 +388,7 @@ private:
   // Every declared proxy running with an address and in rotation, every
   // link up, exactly the declared domains on every host.
   bool converged() {
-    auto st = eng_->status(10s);
+    auto st = eng_->status();
     if (!st) {
       last_unconverged_ = "status: " + render(st.error());
       return false;
@@ -439,7 +445,7 @@ private:
 
   void settle_and_check_usage() {
     std::this_thread::sleep_for(5s); // abandoned call threads end once their host answers
-    auto u = usage::now();
+    auto u = usage::of(eng_->pid());
     std::printf("soak: after convergence threads %zu (baseline %zu), fds %zu (%zu), RSS %ld KiB"
                 " (%ld)\n",
                 u.threads, baseline_.threads, u.fds, baseline_.fds, u.rss_kib,
@@ -466,7 +472,7 @@ private:
     size_t held = 0;
     for (auto& h : hosts_)
       held += h->fault() != host_fault::none;
-    auto u = usage::now();
+    auto u = usage::of(eng_->pid());
     char buf[256];
     std::snprintf(buf, sizeof buf, "%.1f,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%ld,", now_s(),
                   fleet_.proxies().size(), running, rotation, up, held,
@@ -498,10 +504,11 @@ private:
       by_kind += " " + kind + "=" + std::to_string(n);
     }
     (void) schedule;
-    std::printf("soak: seed=%llu minutes=%g hosts=%d proxies=%d faults=%zu%s violations=%zu"
-                " converged_after_last_heal_s=%.1f\n",
+    std::printf("soak: seed=%llu minutes=%g hosts=%d proxies=%d engine=%s faults=%zu%s"
+                " violations=%zu converged_after_last_heal_s=%.1f\n",
                 static_cast<unsigned long long>(o_.seed), o_.minutes, o_.hosts, o_.proxies,
-                faults, by_kind.c_str(), check_.violations().size(), converged_s);
+                eng_->kind().c_str(), faults, by_kind.c_str(), check_.violations().size(),
+                converged_s);
     return check_.violations().empty() ? 0 : 1;
   }
 
@@ -522,10 +529,9 @@ private:
 
   const options& o_;
   std::vector<std::unique_ptr<soak_host>>& hosts_;
-  caf::actor_system& sys_;
+  std::unique_ptr<engine_driver> eng_;
   declared_fleet fleet_;
   checker check_;
-  std::optional<engine> eng_;
   clock_type::time_point t0_, nemesis_t0_;
   double next_row_s_ = 0;
   usage baseline_;
@@ -538,7 +544,7 @@ private:
 int usage_error(const char* argv0, const std::string& why) {
   std::fprintf(stderr,
                "%s\nusage: %s [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]"
-               " [--bed test-driver]\n",
+               " [--bed test-driver] [--engine in-process|caf-run]\n",
                why.c_str(), argv0);
   return 2;
 }
@@ -572,6 +578,10 @@ int main(int argc, char** argv) {
       o.seed_given = true;
     } else if (a == "--out") {
       o.out = v;
+    } else if (a == "--engine") {
+      if (v != "in-process" && v != "caf-run")
+        return usage_error(argv[0], "--engine takes in-process or caf-run: " + v);
+      o.engine = v;
     } else if (a == "--bed") {
       if (v != "test-driver")
         return usage_error(argv[0], "--bed: only test-driver is built (VMs are not yet): " + v);
@@ -613,7 +623,9 @@ int main(int argc, char** argv) {
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     egress::configure(cfg);
     caf::actor_system sys{cfg};
-    soak_run run{o, hosts, sys};
+    auto driver = o.engine == "caf-run" ? make_process_driver(o.out)
+                                        : make_in_process_driver(sys);
+    soak_run run{o, hosts, std::move(driver)};
     return run.run(schedule, so.seconds);
   } catch (const std::exception& e) {
     std::printf("soak: FAILED (the bed, not the engine): %s\n", e.what());

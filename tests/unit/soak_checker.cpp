@@ -98,3 +98,17 @@ BOOST_AUTO_TEST_CASE(the_foreign_domain_touched_is_a_violation) {
   c.on_foreign("hv0", false, 3);
   BOOST_TEST(c.violations().size() == 1u);
 }
+
+BOOST_AUTO_TEST_CASE(a_proxy_out_of_the_rotation_unexcused_past_the_bound_is_stuck) {
+  checker c{6, 90, 60};
+  auto out = fleet({proxy("a", "hv0", false)});
+  c.excuse_host("hv0", t0 + 30s);
+  c.on_status(out, 0.01, t0, 1);        // excused: its clock does not run
+  c.on_status(out, 0.01, t0 + 31s, 32); // from here it does
+  c.on_status(out, 0.01, t0 + 90s, 91);
+  BOOST_TEST(c.violations().empty());
+  c.on_status(out, 0.01, t0 + 92s, 93);
+  c.on_status(out, 0.01, t0 + 99s, 100);
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 1u); // once
+  BOOST_TEST(c.violations()[0].what.find("a on hv0 has been out of the rotation") != std::string::npos);
+}

@@ -1,0 +1,43 @@
+#pragma once
+// How the soak (tests/soak/main.cpp) runs the engine: in its own process
+// through the embedding API (runtime/engine.hpp), or as a caf-run process
+// that it reloads with SIGHUP, stops with SIGTERM or SIGKILL, and reads
+// through caf-shell --json, as an operator's tooling would.
+
+#include <memory>
+#include <string>
+
+#include <sys/types.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/config.hpp"
+#include "messages/types.hpp"
+
+namespace egress::soak {
+
+class engine_driver {
+public:
+  virtual ~engine_driver() = default;
+  /// Throws std::runtime_error when the engine does not come up.
+  virtual void start(const engine_config& cfg) = 0;
+  /// As on SIGTERM: the engine stops its actors within its shutdown timeout.
+  virtual caf::error stop() = 0;
+  /// SIGKILL where the engine is a process; a stop otherwise (an engine in
+  /// this process cannot die alone).
+  virtual void kill() = 0;
+  virtual caf::expected<std::string> reload(const engine_config& cfg) = 0;
+  virtual caf::expected<fleet_status> status() = 0;
+  /// "in-process" or "caf-run".
+  virtual std::string kind() const = 0;
+  /// The process whose threads, descriptors and memory are the engine's.
+  virtual pid_t pid() const = 0;
+};
+
+std::unique_ptr<engine_driver> make_in_process_driver(caf::actor_system& sys);
+/// caf-run's config, log and state go into `dir`.
+std::unique_ptr<engine_driver> make_process_driver(std::string dir);
+
+} // namespace egress::soak
