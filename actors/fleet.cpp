@@ -301,6 +301,38 @@ void tell_health(fleet_pointer self, const proxy_status& s) {
 
 // -- garbage collection -------------------------------------------------------
 
+// One host's collection. A host that could not be collected owes a pass
+// (fleet_state::gc_owed) until one succeeds there; `done` gets the report,
+// or nullptr when the host failed (logged).
+void collect_on(fleet_pointer self, const host_config& h,
+                std::function<void(gc_report*)> done) {
+  auto& st = self->state;
+  provision::gc_request req;
+  req.entry = st.cfg.entry;
+  req.host = h.name;
+  req.pool = h.pool;
+  for (auto& p : st.cfg.proxies)
+    if (p.host == h.name)
+      req.declared.insert(p.name);
+  link_call<gc_report>(
+    self, st.links.at(h.name), caller_timeout(h), "gc",
+    [req](lv::connection& c) { return provision::collect(c, req); },
+    [self, done](gc_report& r) {
+      if (!r.domains.empty() || !r.volumes.empty())
+        log::info("gc", r.host + ": removed " + std::to_string(r.domains.size())
+                          + " undeclared domain(s) " + names(r.domains) + " and "
+                          + std::to_string(r.volumes.size()) + " volume(s) "
+                          + names(r.volumes));
+      self->state.gc_owed.erase(r.host);
+      done(&r);
+    },
+    [self, done, host = h.name](const caf::error& err) {
+      log::warn("gc", host + ": " + render(err) + " (retried when its link is up again)");
+      self->state.gc_owed.insert(host);
+      done(nullptr);
+    });
+}
+
 // One pass on every host: each host's result arrives on its own, so a dead
 // host delays nobody's collection (invariant 5). `done` gets all reports
 // (a failed host's report says so in its domains list being empty and is
@@ -330,33 +362,31 @@ void run_gc(fleet_pointer self,
     finish_one();
     return;
   }
-  for (auto& h : st.cfg.hosts) {
-    provision::gc_request req;
-    req.entry = st.cfg.entry;
-    req.host = h.name;
-    req.pool = h.pool;
-    for (auto& p : st.cfg.proxies)
-      if (p.host == h.name)
-        req.declared.insert(p.name);
-    link_call<gc_report>(
-      self, st.links.at(h.name), caller_timeout(h), "gc",
-      [req](lv::connection& c) { return provision::collect(c, req); },
-      [shared, finish_one](gc_report& r) {
-        if (!r.domains.empty() || !r.volumes.empty())
-          log::info("gc", r.host + ": removed " + std::to_string(r.domains.size())
-                            + " undeclared domain(s) " + names(r.domains) + " and "
-                            + std::to_string(r.volumes.size()) + " volume(s) "
-                            + names(r.volumes));
-        shared->reports.push_back(std::move(r));
-        finish_one();
-      },
-      [shared, finish_one, host = h.name](const caf::error& err) {
-        log::warn("gc", host + ": " + render(err) + " (retried later)");
-        shared->all_ok = false;
-        shared->reports.push_back(gc_report{host, {}, {}});
-        finish_one();
-      });
-  }
+  for (auto& h : st.cfg.hosts)
+    collect_on(self, h, [shared, finish_one, host = h.name](gc_report* r) {
+      shared->all_ok = shared->all_ok && r != nullptr;
+      shared->reports.push_back(r != nullptr ? std::move(*r) : gc_report{host, {}, {}});
+      finish_one();
+    });
+}
+
+// A host that owes a pass is collected again when its link comes up: a
+// proxy removed while its host was unreachable loses its VM once the host
+// answers, not at the next periodic pass (gc_period). Only the transition
+// to up starts it, so a host whose collection keeps failing on a live link
+// is not retried on every status push of that link.
+void collect_owed(fleet_pointer self, const link_status& now) {
+  auto& st = self->state;
+  if (now.state != link_state::up || !st.cfg.gc || st.stopping
+      || !st.gc_owed.contains(now.host))
+    return;
+  auto& seen = st.view.links();
+  if (auto before = seen.find(now.host);
+      before != seen.end() && before->second.state == link_state::up)
+    return;
+  for (auto& h : st.cfg.hosts)
+    if (h.name == now.host)
+      collect_on(self, h, [](gc_report*) {});
 }
 
 // Repeats the first pass until it succeeded on every host, then runs again
@@ -581,6 +611,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       if (!self->state.links.contains(s.host))
         return;
       self->send(self->state.health, s);
+      collect_owed(self, s);
       record(self, std::move(s));
     },
     [self](proxy_status& s) {

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,6 +57,7 @@ struct fleet_state {
   std::vector<engine_events_actor> watchers; // caf-shell watch, monitored
   fleet_view view; // the pushes, the metrics' counters, the events
   bool gc_done = false; // the first pass after start succeeded everywhere
+  std::set<std::string> gc_owed; // hosts whose last collection failed
   bool stopping = false;
 };
 

@@ -100,6 +100,37 @@ BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
     BOOST_CHECK(!lv::delete_domain(*w, n));
 }
 
+// A proxy removed while its host's link is dead loses its VM as soon as the
+// link is up again. The reload's own pass fails on the dead link; before,
+// nothing ran again until the periodic pass, ten minutes later: the chaos
+// soak's orphan check (tests/soak/checker.hpp, 90 s) would have flagged
+// every reload that removed a proxy on a held host (found in its review).
+BOOST_AUTO_TEST_CASE(a_proxy_removed_while_its_host_is_down_loses_its_vm_when_the_link_is_up) {
+  auto w = test::witness();
+  auto cfg = fleet_of("owed", {"ow-1", "ow-2"});
+  cfg.redial_min = 1s; // the reload below falls inside the backoff
+  cfg.redial_max = 1s;
+  auto eng = engine::start(*sys, cfg);
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 2); }));
+  caf::scoped_actor self{*sys};
+  self->request(eng->fleet(), 5s, atom::kill_v, std::string{"hv1"})
+    .receive([](link_status& s) { BOOST_REQUIRE(s.state == link_state::dead); },
+             [](caf::error& err) { BOOST_FAIL(render(err)); });
+  auto next = fleet_of("owed", {"ow-1"});
+  next.redial_min = next.redial_max = 1s;
+  auto summary = eng->reload(next);
+  if (!summary)
+    BOOST_FAIL(render(summary.error()));
+  BOOST_CHECK(exists(*w, "ow-2")); // the pass failed: the link is dead
+  BOOST_CHECK(test::eventually([&] { return !exists(*w, "ow-2"); }, 10s));
+  BOOST_CHECK(exists(*w, "ow-1"));
+  BOOST_REQUIRE(!eng->stop());
+  BOOST_CHECK(!lv::delete_domain(*w, "ow-1"));
+  BOOST_CHECK(!lv::delete_domain(*w, "ow-2"));
+}
+
 BOOST_AUTO_TEST_CASE(gc_off_collects_nothing) {
   auto w = test::witness();
   plant(*w, "orphan-2", "nogc");
