@@ -31,6 +31,11 @@ soak_host::soak_host(std::string name)
   open_admin();
 }
 
+soak_host::~soak_host() {
+  if (fault_ == host_fault::libvirtd_stopped)
+    lv_.resume();
+}
+
 host_config soak_host::config() const {
   auto h = test::ssh_host(ssh_, lv_, name_, "test:///default");
   h.address = ns_.peer_addr();
@@ -43,7 +48,6 @@ bool soak_host::readable() const {
 }
 
 void soak_host::open_admin() {
-  std::lock_guard<std::mutex> guard{mu_};
   admin_.reset();
   auto c = lv::connection::open(lv_.uri("test"));
   if (!c)
@@ -53,7 +57,7 @@ void soak_host::open_admin() {
     throw std::runtime_error(name_ + ": foreign domain: " + render(err));
 }
 
-// Under mu_. A restarted libvirtd's test driver starts empty: the foreign
+// A restarted libvirtd's test driver starts empty: the foreign
 // domain is defined again (the engine must leave it alone either way).
 caf::error soak_host::define_foreign() {
   virDomainPtr d = virDomainLookupByName(admin_->get(), foreign_name);
@@ -82,8 +86,7 @@ void soak_host::apply(host_fault f) {
     case host_fault::partitioned: ns_.partition(); break;
     case host_fault::libvirtd_stopped: lv_.pause(); break;
     case host_fault::libvirtd_killed: {
-      std::lock_guard<std::mutex> guard{mu_};
-      admin_.reset(); // before the kill: its close must not wait on a dead peer
+          admin_.reset(); // before the kill: its close must not wait on a dead peer
       lv_.crash();
       break;
     }
@@ -109,7 +112,6 @@ void soak_host::heal() {
 caf::expected<std::vector<domain_reading>> soak_host::marked(const std::string& entry) {
   if (!readable())
     return make_error(ec::link_down, name_ + ": libvirtd is down (the nemesis)");
-  std::lock_guard<std::mutex> guard{mu_};
   if (!admin_)
     return make_error(ec::link_down, name_ + ": no admin connection");
   return lv::list_marked(*admin_, entry);
@@ -118,24 +120,31 @@ caf::expected<std::vector<domain_reading>> soak_host::marked(const std::string& 
 caf::expected<bool> soak_host::foreign_intact() {
   if (!readable())
     return make_error(ec::link_down, name_ + ": libvirtd is down (the nemesis)");
-  std::lock_guard<std::mutex> guard{mu_};
   if (!admin_)
     return make_error(ec::link_down, name_ + ": no admin connection");
+  // Only libvirt's own "no such domain" means removed; any other failure is
+  // the soak's connection, not the engine's doing.
   virDomainPtr d = virDomainLookupByName(admin_->get(), foreign_name);
   if (d == nullptr) {
-    virResetLastError();
-    return false;
+    bool gone = virGetLastErrorCode() == VIR_ERR_NO_DOMAIN;
+    auto err = lv::last_error("look up foreign");
+    if (gone)
+      return false;
+    return err;
   }
   int state = 0;
-  bool running = virDomainGetState(d, &state, nullptr, 0) == 0 && state == VIR_DOMAIN_RUNNING;
+  caf::expected<bool> out = false;
+  if (virDomainGetState(d, &state, nullptr, 0) < 0)
+    out = lv::last_error("foreign state");
+  else
+    out = state == VIR_DOMAIN_RUNNING;
   virDomainFree(d);
-  return running;
+  return out;
 }
 
 caf::error soak_host::destroy(const std::string& domain, bool undefine) {
   if (!readable())
     return make_error(ec::link_down, name_ + ": libvirtd is down (the nemesis)");
-  std::lock_guard<std::mutex> guard{mu_};
   if (!admin_)
     return make_error(ec::link_down, name_ + ": no admin connection");
   return undefine ? lv::delete_domain(*admin_, domain) : lv::destroy_domain(*admin_, domain);

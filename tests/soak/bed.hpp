@@ -10,7 +10,6 @@
 // "foreign", that the engine must never touch.
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,14 +29,17 @@ enum class host_fault { none, partitioned, libvirtd_stopped, libvirtd_killed, ss
 class soak_host {
 public:
   explicit soak_host(std::string name);
+  /// Continues a stopped libvirtd first: the admin connection's close would
+  /// wait on it forever (the soak's connection has no keepalive).
+  ~soak_host();
   soak_host(const soak_host&) = delete;
   soak_host& operator=(const soak_host&) = delete;
 
   const std::string& name() const { return name_; }
   host_config config() const;
   host_fault fault() const { return fault_; }
-  pid_t libvirtd_pid() const { return lv_.pid(); }
-  pid_t sshd_pid() const { return ssh_.pid(); }
+  /// Whether libvirtd answers (not stopped or killed by the nemesis).
+  bool readable() const;
 
   /// Applies one host fault; heal() undoes whichever is on.
   void apply(host_fault f);
@@ -55,7 +57,6 @@ public:
   static constexpr const char* foreign_name = "foreign";
 
 private:
-  bool readable() const;
   void open_admin();   // the local connection, and "foreign" defined and started
   caf::error define_foreign();
 
@@ -64,7 +65,8 @@ private:
   testbed::libvirtd lv_;
   testbed::sshd ssh_;
   host_fault fault_ = host_fault::none;
-  std::mutex mu_; // the admin connection: the nemesis and the checker share it
+  // The nemesis and the checker take turns on the soak's one thread
+  // (tests/soak/main.cpp), so nothing here is locked.
   std::shared_ptr<lv::connection> admin_;
 };
 

@@ -48,8 +48,7 @@ void checker::on_status(const fleet_status& st, double answer_s, clock_type::tim
     }
     if (was_in_rotation_.count(p.name) != 0)
       add(t_s, p.name + " on " + p.host + " left the rotation with no fault on its host" + why);
-    auto [at, fresh] = out_since_.emplace(p.name, now);
-    (void) fresh;
+    auto at = out_since_.try_emplace(p.name, now).first;
     auto out_s = std::chrono::duration<double>(now - at->second).count();
     if (out_s > stuck_bound_s_ && stuck_reported_.insert(p.name).second)
       add(t_s, p.name + " on " + p.host + " has been out of the rotation for "
@@ -77,8 +76,7 @@ void checker::on_host(const std::string& host, const std::vector<domain_reading>
       continue;
     auto key = host + "/" + d.name;
     seen.insert(key);
-    auto [at, fresh] = orphan_since_.emplace(key, now);
-    (void) fresh;
+    auto at = orphan_since_.try_emplace(key, now).first;
     auto age = std::chrono::duration<double>(now - at->second).count();
     if (age > orphan_bound_s_ && orphans_reported_.insert(key).second)
       add(t_s, "domain " + d.name + " on " + host + " carries our mark but no proxy declares it"
@@ -90,7 +88,7 @@ void checker::on_host(const std::string& host, const std::vector<domain_reading>
 }
 
 void checker::on_foreign(const std::string& host, bool intact, double t_s) {
-  if (!intact && orphans_reported_.insert(host + "/foreign").second)
+  if (!intact && foreign_reported_.insert(host).second)
     add(t_s, "the unmarked domain \"foreign\" on " + host + " was stopped or removed");
 }
 

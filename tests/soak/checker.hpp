@@ -69,6 +69,7 @@ private:
   std::set<std::string> stuck_reported_;
   std::map<std::string, clock_type::time_point> orphan_since_; // "host/name"
   std::set<std::string> orphans_reported_;
+  std::set<std::string> foreign_reported_; // hosts
   std::vector<violation> violations_;
 };
 

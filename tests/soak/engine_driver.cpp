@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <thread>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -40,7 +42,7 @@ public:
     eng_.reset();
     return err;
   }
-  void kill() override { stop(); }
+  caf::error kill() override { return stop(); }
   caf::expected<std::string> reload(const engine_config& cfg) override {
     return eng_->reload(cfg);
   }
@@ -77,7 +79,7 @@ fleet_status from_json(const nlohmann::json& j) {
     proxy_status s;
     s.name = p.at("name").get<std::string>();
     s.host = p.at("host").get<std::string>();
-    s.phase = parse_enum(p.at("phase").get<std::string>(), proxy_phase::failed);
+    s.phase = parse_enum(p.at("phase").get<std::string>(), proxy_phase::deleted);
     s.address = p.at("address").get<std::string>();
     s.in_rotation = p.at("in_rotation").get<bool>();
     s.last_error = p.at("last_error").get<std::string>();
@@ -112,54 +114,63 @@ public:
   }
 
   caf::error stop() override {
-    if (proc_.pid() == 0 || !proc_.alive())
+    if (proc_.pid() == 0)
       return {};
-    proc_.signal(SIGTERM);
-    auto code = proc_.stop(15s); // past it, SIGKILL: a stop that hangs is the error
-    if (code != 0)
-      return make_error(ec::libvirt_permanent,
-                        "caf-run ended with " + std::to_string(code) + " after SIGTERM");
+    if (!proc_.alive()) // it died on its own: that is the news
+      return failure("caf-run had ended before its SIGTERM: " + ended(*proc_.wait_status()));
+    // SIGTERM, then SIGKILL past the grace: a stop that hangs is the error.
+    auto status = proc_.stop(15s);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return failure("caf-run after SIGTERM: " + ended(status));
     return {};
   }
 
-  void kill() override {
+  caf::error kill() override {
+    if (proc_.pid() != 0 && !proc_.alive())
+      return failure("caf-run had ended before its SIGKILL: " + ended(*proc_.wait_status()));
     proc_.signal(SIGKILL);
     proc_.stop();
+    return {};
   }
 
+  // caf-run logs the outcome of each SIGHUP (runtime/caf_run.cpp): read from
+  // where the log ended before the signal, so two equal outcomes in a row,
+  // and a file it could not read, are told apart.
   caf::expected<std::string> reload(const engine_config& cfg) override {
-    auto before = status();
-    if (!before)
-      return before.error();
+    auto log = dir_ + "/caf-run.log";
+    auto before = testbed::read_file(log).size();
     write(cfg);
     proc_.signal(SIGHUP);
     auto deadline = clock_type::now() + 15s;
     while (clock_type::now() < deadline) {
-      std::this_thread::sleep_for(100ms);
-      auto now = status();
-      if (!now)
-        continue;
-      if (now->reloads > before->reloads)
-        return now->last_reload;
-      if (now->last_reload != before->last_reload)
-        return make_error(ec::libvirt_permanent, now->last_reload);
+      auto text = testbed::read_file(log);
+      if (auto at = text.find("reload applied: ", before); at != std::string::npos)
+        return text.substr(at, text.find('\n', at) - at);
+      if (auto at = text.find("reload refused", before); at != std::string::npos)
+        return failure(testbed::detail::tail(text.substr(at), 4));
+      std::this_thread::sleep_for(50ms);
     }
-    return make_error(ec::libvirt_permanent, "SIGHUP: no reload seen in the status within 15 s");
+    return failure("SIGHUP: caf-run logged no reload outcome within 15 s");
   }
 
   caf::expected<fleet_status> status() override {
-    auto r = testbed::run({EGRESS_CAF_SHELL, address_, "--json", "--timeout=5000", "-c", "status"},
+    auto r = testbed::run({EGRESS_CAF_SHELL, address_, "--identity=" + identity_dir(), "--json",
+                           "--timeout=5000", "-c", "status"},
                           10s);
     if (!r.ok())
-      return make_error(ec::link_down, "caf-shell status: exit " + std::to_string(r.exit_code)
-                                         + (r.timed_out ? " (timed out)" : "") + ": "
-                                         + testbed::detail::tail(r.output, 3));
+      return failure("caf-shell status: exit " + std::to_string(r.exit_code)
+                     + (r.timed_out ? " (timed out)" : "") + ": "
+                     + testbed::detail::tail(r.output, 3));
+    // The output holds stderr too: the object is from its first brace to
+    // its last.
+    auto first = r.output.find('{'), last = r.output.rfind('}');
     try {
-      auto j = nlohmann::json::parse(r.output);
-      return from_json(j.is_array() ? j.at(0) : j);
+      if (first == std::string::npos || last == std::string::npos || last < first)
+        throw std::runtime_error("no JSON object");
+      return from_json(nlohmann::json::parse(r.output.substr(first, last - first + 1)));
     } catch (const std::exception& e) {
-      return make_error(ec::link_down, std::string{"caf-shell status: "} + e.what() + ": "
-                                         + testbed::detail::tail(r.output, 3));
+      return failure(std::string{"caf-shell status: "} + e.what() + ": "
+                     + testbed::detail::tail(r.output, 3));
     }
   }
 
@@ -168,6 +179,21 @@ public:
 
 private:
   std::string ini() const { return dir_ + "/engine.ini"; }
+  // The TLS identity caf-run makes on its first start, kept in the run's
+  // directory rather than the user's state directory.
+  std::string identity_dir() const { return dir_ + "/identity"; }
+
+  static caf::error failure(std::string what) {
+    return make_error(ec::libvirt_permanent, std::move(what));
+  }
+
+  static std::string ended(int status) {
+    if (WIFEXITED(status))
+      return "exit " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status))
+      return std::string{"signal "} + strsignal(WTERMSIG(status));
+    return "wait status " + std::to_string(status);
+  }
 
   // The whole config as caf-run reads it (--dump-config's writer), with the
   // inspector on a free loopback port and no metrics listener.
@@ -175,6 +201,7 @@ private:
     cfg.inspect.enabled = true;
     cfg.inspect.address = "127.0.0.1";
     cfg.inspect.port = 0;
+    cfg.inspect.identity_dir = identity_dir();
     cfg.metrics.enabled = false;
     auto text = dump_config(cfg);
     testbed::write_file(ini() + ".new", text);

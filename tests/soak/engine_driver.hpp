@@ -27,7 +27,7 @@ public:
   virtual caf::error stop() = 0;
   /// SIGKILL where the engine is a process; a stop otherwise (an engine in
   /// this process cannot die alone).
-  virtual void kill() = 0;
+  virtual caf::error kill() = 0;
   virtual caf::expected<std::string> reload(const engine_config& cfg) = 0;
   virtual caf::expected<fleet_status> status() = 0;
   /// "in-process" or "caf-run".

@@ -1,12 +1,13 @@
 // soak: randomized faults across many hosts, the engine's promises checked
-// all the time (the checker never sleeps longer than a tick).
+// all along (every 250 ms, between the nemesis's actions).
 //
 //   soak [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]
 //        [--bed test-driver] [--engine in-process|caf-run]
 //                                                (root; exit 77 otherwise)
 //
 // The bed (tests/soak/bed.hpp): N hosts, each a private libvirtd serving its
-// test driver behind an sshd in its own network namespace; P image-less
+// test driver and, in front of it, an sshd in a network namespace of its
+// own (the engine's only way in); P image-less
 // proxies round-robin over them, probes off (the test driver's addresses
 // are made up), gc on. The engine (tests/soak/engine_driver.hpp) runs in this
 // process through its public API (egress::engine), or, with --engine
@@ -22,9 +23,10 @@
 // Violations (tests/soak/checker.hpp), each with its time:
 //  - a status request answered later than the call budget + 1 s;
 //  - a proxy leaving the rotation while nothing excuses it (no fault on its
-//    host, its VM untouched, its spec unchanged, no engine restart);
+//    host, its VM untouched, its spec unchanged, no engine restart), or out
+//    of it for more than 60 s with nothing excusing it;
 //  - a domain with our mark that no proxy declares on its host, for longer
-//    than 90 s (two VMs for one proxy would show here);
+//    than 90 s (a removed proxy's VM left behind);
 //  - the unmarked domain "foreign" stopped or removed;
 //  - not converged (every declared proxy running, with an address, in
 //    rotation, and exactly the declared domains on each host) within 90 s
@@ -75,7 +77,7 @@ using namespace std::chrono_literals;
 namespace {
 
 const std::string entry = "soak";
-constexpr double grace_s = 30;          // a fault's excuse outlives its heal by this
+constexpr auto grace = std::chrono::seconds(30); // a fault's excuse outlives its heal by this
 constexpr double converge_bound_s = 90; // after the last heal
 constexpr double orphan_bound_s = 90;
 
@@ -104,11 +106,12 @@ size_t count_dir(const char* path) {
   return n;
 }
 
-struct usage {
+// What the engine's process holds: compared with the first convergence's.
+struct footprint {
   size_t threads = 0, fds = 0;
   long rss_kib = 0;
-  static usage of(pid_t pid) {
-    usage u;
+  static footprint of(pid_t pid) {
+    footprint u;
     auto proc = "/proc/" + std::to_string(pid);
     u.threads = count_dir((proc + "/task").c_str());
     u.fds = count_dir((proc + "/fd").c_str());
@@ -126,9 +129,9 @@ struct usage {
 // The declared fleet and its changes (the reload fault).
 class declared_fleet {
 public:
-  declared_fleet(int proxies, const std::vector<std::string>& hosts) : hosts_(hosts) {
+  declared_fleet(int proxies, const std::vector<std::string>& hosts) {
     for (int i = 0; i < proxies; ++i)
-      add(hosts_[static_cast<size_t>(i) % hosts_.size()]);
+      add(hosts[static_cast<size_t>(i) % hosts.size()]);
   }
 
   const std::vector<proxy_spec>& proxies() const { return proxies_; }
@@ -182,7 +185,6 @@ private:
     return proxies_.back();
   }
 
-  std::vector<std::string> hosts_;
   std::vector<proxy_spec> proxies_;
   int next_ = 0;
 };
@@ -192,19 +194,37 @@ public:
   soak_run(const options& o, std::vector<std::unique_ptr<soak_host>>& hosts,
            std::unique_ptr<engine_driver> eng)
     : o_(o), hosts_(hosts), eng_(std::move(eng)), fleet_(o.proxies, host_names(hosts)),
-      check_(6.0, orphan_bound_s) {}
+      // A status answer past the call budget + 1 s is a held caller; through
+      // caf-shell the bound also covers the shell's start and its TLS dial.
+      check_(eng_->kind() == "caf-run" ? 9.0 : 6.0, orphan_bound_s) {}
 
   int run(const std::vector<fault>& schedule, double nemesis_s) {
-    start_engine();
     t0_ = clock_type::now();
-    check_.restart(clock_type::time_point::max()); // the first convergence is not checked
+    try {
+      return play_and_check(schedule, nemesis_s);
+    } catch (const engine_gone& e) {
+      check_.add(now_s(), std::string{"the engine did not come up: "} + e.what());
+      return finish(-1);
+    }
+  }
+
+private:
+  // An engine that does not come up is the engine's failure, not the bed's.
+  struct engine_gone : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+
+  int play_and_check(const std::vector<fault>& schedule, double nemesis_s) {
+    start_engine();
+    // The rotation's churn while the fleet first converges is not checked.
+    check_.restart(clock_type::time_point::max());
     auto first = wait_converged(120);
     check_.restart(clock_type::now());
     if (!first) {
       check_.add(since(t0_), "the fleet did not converge at the start within 120 s");
-      return finish(schedule, -1);
+      return finish(-1);
     }
-    baseline_ = usage::of(eng_->pid());
+    baseline_ = footprint::of(eng_->pid());
     std::printf("soak: converged at the start in %.1f s; baseline threads %zu, fds %zu, RSS"
                 " %ld KiB\n",
                 *first, baseline_.threads, baseline_.fds, baseline_.rss_kib);
@@ -214,16 +234,15 @@ public:
     if (!after)
       check_.add(since(t0_), "not converged within " + std::to_string(int(converge_bound_s))
                                + " s of the last heal: " + last_unconverged_);
-    settle_and_check_usage();
+    settle_and_check_footprint();
     while (since(nemesis_t0_) < nemesis_s) { // the rest of the time: steady state, checked
       tick(true);
       row_if_due();
       std::this_thread::sleep_for(250ms);
     }
-    return finish(schedule, after ? *after : -1);
+    return finish(after ? *after : -1);
   }
 
-private:
   static std::vector<std::string> host_names(const std::vector<std::unique_ptr<soak_host>>& hs) {
     std::vector<std::string> out;
     for (auto& h : hs)
@@ -231,7 +250,9 @@ private:
     return out;
   }
 
-  engine_config config() const {
+  engine_config config() const { return config_of(fleet_); }
+
+  engine_config config_of(const declared_fleet& fleet) const {
     engine_config cfg;
     cfg.entry = entry;
     cfg.shutdown_timeout = 10s;
@@ -239,11 +260,17 @@ private:
     cfg.gc = true;
     for (auto& h : hosts_)
       cfg.hosts.push_back(h->config());
-    cfg.proxies = fleet_.proxies();
+    cfg.proxies = fleet.proxies();
     return cfg;
   }
 
-  void start_engine() { eng_->start(config()); }
+  void start_engine() {
+    try {
+      eng_->start(config());
+    } catch (const std::exception& e) {
+      throw engine_gone{e.what()};
+    }
+  }
 
   void stop_engine() {
     if (auto err = eng_->stop())
@@ -274,7 +301,8 @@ private:
       }
       while (next < schedule.size() && schedule[next].at_s <= t) {
         auto& f = schedule[next++];
-        if (start(f))
+        inflict(f);
+        if (holds_host(f.kind))
           holding.push_back({f.at_s + f.hold_s, f.host});
       }
       tick(t >= next_hosts);
@@ -292,70 +320,78 @@ private:
     next_row_s_ = now_s() + 1;
   }
 
-  bool start(const fault& f) {
+  void inflict(const fault& f) {
     auto& h = *hosts_[static_cast<size_t>(f.host) % hosts_.size()];
     ++counts_[to_string(f.kind)];
     auto far = clock_type::time_point::max();
-    auto excuse = clock_type::now() + std::chrono::seconds(int(grace_s));
+    auto excuse = clock_type::now() + grace;
     std::string what = std::string{to_string(f.kind)} + " " + h.name();
     switch (f.kind) {
       case fault_kind::partition:
       case fault_kind::stop_libvirtd:
       case fault_kind::kill_libvirtd:
       case fault_kind::kill_sshd:
-        check_.excuse_host(h.name(), far);
+        // A killed sshd listener leaves the open session, and the link on
+        // it, alone: its proxies have no excuse to leave the rotation.
+        if (f.kind != fault_kind::kill_sshd)
+          check_.excuse_host(h.name(), far);
         h.apply(f.kind == fault_kind::partition       ? host_fault::partitioned
                 : f.kind == fault_kind::stop_libvirtd ? host_fault::libvirtd_stopped
                 : f.kind == fault_kind::kill_libvirtd ? host_fault::libvirtd_killed
                                                       : host_fault::sshd_killed);
         note(what);
-        return true;
+        return;
       case fault_kind::destroy_domain:
       case fault_kind::undefine_domain: {
         auto name = fleet_.pick_on(h.name(), f.pick);
         if (!name) {
           note(what + ": no proxy there");
-          return false;
+          return;
         }
         check_.excuse_proxy(*name, excuse);
         auto err = h.destroy(*name, f.kind == fault_kind::undefine_domain);
         note(what + " " + *name + (err ? " (" + render(err) + ")" : ""));
-        return false;
+        return;
       }
       case fault_kind::reload: {
-        auto [did, excused] = fleet_.change(f.pick, h.name());
-        if (!excused.empty())
-          check_.excuse_proxy(excused, excuse);
-        auto answer = eng_->reload(config());
+        // The change counts once the engine took it: a refused reload
+        // leaves the declared fleet as the engine has it.
+        auto next = fleet_;
+        auto [did, changed] = next.change(f.pick, h.name());
+        auto answer = eng_->reload(config_of(next));
         note("reload: " + did + (answer ? "" : " REFUSED: " + render(answer.error())));
-        if (!answer)
+        if (!answer) {
           check_.add(now_s(), "a valid reload was refused: " + render(answer.error()));
-        return false;
+          return;
+        }
+        fleet_ = std::move(next);
+        if (!changed.empty())
+          check_.excuse_proxy(changed, clock_type::now() + grace);
+        return;
       }
       case fault_kind::restart_engine: {
         // Half of them, drawn from the pick, SIGKILL a caf-run engine.
         bool hard = f.pick % 2 == 1;
         auto t = clock_type::now();
-        if (hard)
-          eng_->kill();
-        else
+        if (!hard)
           stop_engine();
+        else if (auto err = eng_->kill())
+          check_.add(now_s(), "engine kill: " + render(err));
         start_engine();
-        check_.restart(clock_type::now() + std::chrono::seconds(int(grace_s)));
+        check_.restart(clock_type::now() + grace);
         char buf[96];
         std::snprintf(buf, sizeof buf, " (%s + start %.2f s)",
                       hard ? "kill" : "stop", since(t));
         note("restart_engine" + std::string{buf});
-        return false;
+        return;
       }
     }
-    return false;
   }
 
   void heal(int host) {
     auto& h = *hosts_[static_cast<size_t>(host) % hosts_.size()];
     h.heal();
-    check_.excuse_host(h.name(), clock_type::now() + std::chrono::seconds(int(grace_s)));
+    check_.excuse_host(h.name(), clock_type::now() + grace);
     note("heal " + h.name());
   }
 
@@ -372,16 +408,23 @@ private:
     if (!st) {
       check_.on_status_failed(render(st.error()), answer_s, now_s());
     } else {
-      check_.on_status(*st, answer_s, clock_type::now(), now_s());
+      // Excuses are judged as of the request: the answer may describe it.
+      check_.on_status(*st, answer_s, t, now_s());
       last_ = *st;
     }
     if (!hosts_too)
       return;
     for (auto& h : hosts_) {
+      if (!h->readable())
+        continue; // libvirtd is stopped or killed by the nemesis
       if (auto ours = h->marked(entry))
         check_.on_host(h->name(), *ours, fleet_.on(h->name()), clock_type::now(), now_s());
+      else
+        check_.add(now_s(), "the soak cannot read " + h->name() + ": " + render(ours.error()));
       if (auto intact = h->foreign_intact())
         check_.on_foreign(h->name(), *intact, now_s());
+      else
+        check_.add(now_s(), "the soak cannot read " + h->name() + ": " + render(intact.error()));
     }
   }
 
@@ -443,9 +486,9 @@ private:
     return std::nullopt;
   }
 
-  void settle_and_check_usage() {
+  void settle_and_check_footprint() {
     std::this_thread::sleep_for(5s); // abandoned call threads end once their host answers
-    auto u = usage::of(eng_->pid());
+    auto u = footprint::of(eng_->pid());
     std::printf("soak: after convergence threads %zu (baseline %zu), fds %zu (%zu), RSS %ld KiB"
                 " (%ld)\n",
                 u.threads, baseline_.threads, u.fds, baseline_.fds, u.rss_kib,
@@ -472,7 +515,7 @@ private:
     size_t held = 0;
     for (auto& h : hosts_)
       held += h->fault() != host_fault::none;
-    auto u = usage::of(eng_->pid());
+    auto u = footprint::of(eng_->pid());
     char buf[256];
     std::snprintf(buf, sizeof buf, "%.1f,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%ld,", now_s(),
                   fleet_.proxies().size(), running, rotation, up, held,
@@ -483,7 +526,7 @@ private:
     events_.clear();
   }
 
-  int finish(const std::vector<fault>& schedule, double converged_s) {
+  int finish(double converged_s) {
     stop_engine();
     testbed::write_file(o_.out + "/timeline.csv",
                         "t_s,declared,running,in_rotation,links_up,hosts_held,violations,"
@@ -503,12 +546,11 @@ private:
       faults += n;
       by_kind += " " + kind + "=" + std::to_string(n);
     }
-    (void) schedule;
-    std::printf("soak: seed=%llu minutes=%g hosts=%d proxies=%d engine=%s faults=%zu%s"
+    std::printf("soak: seed=%llu minutes=%g hosts=%d proxies=%d bed=%s engine=%s faults=%zu%s"
                 " violations=%zu converged_after_last_heal_s=%.1f\n",
                 static_cast<unsigned long long>(o_.seed), o_.minutes, o_.hosts, o_.proxies,
-                eng_->kind().c_str(), faults, by_kind.c_str(), check_.violations().size(),
-                converged_s);
+                o_.bed.c_str(), eng_->kind().c_str(), faults, by_kind.c_str(),
+                check_.violations().size(), converged_s);
     return check_.violations().empty() ? 0 : 1;
   }
 
@@ -534,7 +576,7 @@ private:
   checker check_;
   clock_type::time_point t0_, nemesis_t0_;
   double next_row_s_ = 0;
-  usage baseline_;
+  footprint baseline_;
   fleet_status last_;
   std::string last_unconverged_;
   std::string events_, timeline_;
@@ -594,11 +636,7 @@ int main(int argc, char** argv) {
     o.seed = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   if (o.out.empty())
     o.out = "soak-" + std::to_string(o.seed);
-  if (::geteuid() != 0) {
-    std::printf("SKIPPED: needs root\n");
-    return 77;
-  }
-  testbed::require_root_or_skip();
+  testbed::require_root_or_skip(); // exit 77 without root or the bed's tools
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   log::set_level(log::level::error);
   testbed::run({"mkdir", "-p", o.out});

@@ -17,7 +17,7 @@ enum class fault_kind : uint8_t {
   kill_sshd,        // SIGKILL the sshd listener (open sessions live on, as on a real host): new dials fail until it is restarted at the end
   destroy_domain,   // virDomainDestroy of one of our domains behind the engine's back
   undefine_domain,  // destroy + undefine of one of our domains
-  reload,           // a changed config: a proxy removed, one added, one changed
+  reload,           // a changed config: one proxy removed, added or changed
   restart_engine,   // engine stop (as on SIGTERM) and start again
 };
 
