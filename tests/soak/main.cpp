@@ -640,6 +640,12 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   log::set_level(log::level::error);
   testbed::run({"mkdir", "-p", o.out});
+  // Absolute: caf-run resolves the paths of its config file against that
+  // file's directory, caf-shell against its working directory.
+  if (char* abs = ::realpath(o.out.c_str(), nullptr)) {
+    o.out = abs;
+    std::free(abs);
+  }
 
   schedule_options so;
   so.seed = o.seed;
