@@ -384,9 +384,8 @@ void collect_owed(fleet_pointer self, const link_status& now) {
   if (auto before = seen.find(now.host);
       before != seen.end() && before->second.state == link_state::up)
     return;
-  for (auto& h : st.cfg.hosts)
-    if (h.name == now.host)
-      collect_on(self, h, [](gc_report*) {});
+  if (auto h = by_name(st.cfg.hosts, now.host))
+    collect_on(self, *h, [](gc_report*) {});
 }
 
 // Repeats the first pass until it succeeded on every host, then runs again

@@ -7,9 +7,9 @@
 
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <caf/typed_event_based_actor.hpp>
