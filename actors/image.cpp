@@ -274,6 +274,18 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
         push(self);
       return rp;
     },
+    [self](atom::forget, std::string& volume) {
+      auto& st = self->state;
+      if (st.status.state != image_state::ready || st.ready.volume != volume)
+        return; // already being checked or fetched again
+      log::warn("image", st.name + ": " + volume
+                           + " is gone from the pool; checked and fetched again on the next"
+                             " ensure");
+      st.status.state = image_state::absent;
+      st.status.volume.clear();
+      st.status.bytes = 0;
+      push(self);
+    },
     [self](atom::status) -> image_status { return snapshot(self->state); },
     [self](atom::ls) { return self->state.calls.rows(); },
     [self](atom::kill, std::string& why) -> image_status {

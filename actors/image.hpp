@@ -8,6 +8,11 @@
 // two transports: whatever it is blocked in returns, the fill closes its
 // connection and ends. A new fill starts only after the old one has ended,
 // so two fills never write into one volume.
+//
+// A ready image is answered from memory until a proxy's create or start
+// finds its volume gone from the pool and says `forget`: the next ensure
+// fills again (docs/architecture.md, "An image's path from config to the
+// pool").
 
 #include <atomic>
 #include <chrono>

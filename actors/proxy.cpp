@@ -287,27 +287,6 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   }
 }
 
-// Restart policy: a VM of ours that stopped out of band is started again.
-// Its address is read back after (the start's event, or this read).
-void start(proxy_pointer self) {
-  auto& st = self->state;
-  st.status.phase = proxy_phase::creating;
-  st.status.address.clear();
-  st.status.grace_left = 0;
-  begin_looking(st, proxy_activity::starting);
-  auto name = st.opts.spec.name;
-  link_call<void>(
-    self, st.opts.link, st.opts.call_timeout, "start " + name,
-    [name](lv::connection& c) { return lv::start_domain(c, name); },
-    [self] {
-      self->state.read_after_step = true;
-      transition(self, proxy_activity::idle, [] {});
-    },
-    [self](const caf::error& err) {
-      transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
-    });
-}
-
 // The images this proxy boots from, by role, that are not verified yet.
 std::vector<std::pair<std::string, image_actor>> missing_images(proxy_pointer self) {
   auto& st = self->state;
@@ -320,6 +299,28 @@ std::vector<std::pair<std::string, image_actor>> missing_images(proxy_pointer se
   return out;
 }
 
+// A create found one of its images gone from the pool: the image actors
+// remember them as verified until told, and so does this proxy. Both
+// forget; the next create ensures them again, which checks the pool and
+// fetches what is missing.
+void forget_images(proxy_pointer self) {
+  auto& st = self->state;
+  for (auto& [role, actor] : {std::pair{"disk", st.opts.image},
+                              std::pair{"kernel", st.opts.kernel},
+                              std::pair{"initrd", st.opts.initrd}})
+    if (auto r = st.ready.find(role); actor && r != st.ready.end())
+      self->send(actor, atom::forget_v, r->second.volume);
+  st.ready.clear();
+}
+
+// The cached image volumes the proxy's domain boots from, as last ensured.
+std::vector<std::string> image_volumes(const proxy_state& st) {
+  std::vector<std::string> out;
+  for (auto& [role, ready] : st.ready)
+    out.push_back(ready.volume);
+  return out;
+}
+
 bool uses_images(const proxy_state& st) {
   return st.opts.image || st.opts.kernel;
 }
@@ -329,18 +330,18 @@ bool uses_images(const proxy_state& st) {
 // all are verified in the pool. The proxy stays pending meanwhile: a
 // transient image failure is retried by the next poll, a permanent one is
 // shown as the proxy's error.
-void ensure_images_then_create(proxy_pointer self) {
+void ensure_images_then(proxy_pointer self, void (*next)(proxy_pointer)) {
   auto& st = self->state;
   auto missing = missing_images(self);
   st.activity = proxy_activity::awaiting_images;
   st.ensures_left = static_cast<uint32_t>(missing.size());
-  auto one_done = [self] {
+  auto one_done = [self, next] {
     auto& st = self->state;
     if (--st.ensures_left > 0)
       return;
-    transition(self, proxy_activity::idle, [self] {
+    transition(self, proxy_activity::idle, [self, next] {
       if (missing_images(self).empty())
-        create(self);
+        next(self);
     });
   };
   for (auto& [role, actor] : missing)
@@ -419,13 +420,47 @@ caf::expected<create_job> create_job_of(proxy_state& st) {
   req.seed = std::move(*seed);
   req.domain = ds;
   req.sources = sources;
+  req.images = image_volumes(st);
   return create_job{[req](lv::connection& c) { return provision::create_vm(c, req); }};
+}
+
+// Restart policy: a VM of ours that stopped out of band is started again.
+// Its address is read back after (the start's event, or this read).
+void start(proxy_pointer self) {
+  auto& st = self->state;
+  if (!missing_images(self).empty()) {
+    // Forgotten after a step found one gone: the domain boots from the same
+    // paths once the image is back, so it is started, not replaced.
+    ensure_images_then(self, start);
+    return;
+  }
+  st.status.phase = proxy_phase::creating;
+  st.status.address.clear();
+  st.status.grace_left = 0;
+  begin_looking(st, proxy_activity::starting);
+  auto name = st.opts.spec.name;
+  link_call<void>(
+    self, st.opts.link, st.opts.call_timeout, "start " + name,
+    [name, pool = st.opts.pool, images = image_volumes(st)](lv::connection& c) {
+      return provision::start_vm(c, name, pool, images);
+    },
+    [self] {
+      self->state.read_after_step = true;
+      transition(self, proxy_activity::idle, [] {});
+    },
+    [self](const caf::error& err) {
+      transition(self, proxy_activity::idle, [&] {
+        if (is(err, ec::image_gone))
+          forget_images(self);
+        record_error(self, err, false);
+      });
+    });
 }
 
 void create(proxy_pointer self) {
   auto& st = self->state;
   if (!missing_images(self).empty()) {
-    ensure_images_then_create(self);
+    ensure_images_then(self, create);
     return;
   }
   auto job = create_job_of(st);
@@ -448,6 +483,8 @@ void create(proxy_pointer self) {
     },
     [self](const caf::error& err) {
       transition(self, proxy_activity::idle, [&] {
+        if (is(err, ec::image_gone))
+          forget_images(self);
         if (kind_of(err) == error_kind::transient)
           self->state.status.phase = proxy_phase::pending;
         else

@@ -31,6 +31,8 @@ enum class ec : uint8_t {
   ssh_failed = 8,         // TCP/SSH transport failure (refused, reset, timeout, EOF)
   source_failed = 9,      // an image source failed: HTTP 5xx/408/429, refused, reset, cut short
   source_timeout = 10,    // an image source ran past its deadline or fell below its low-speed limit
+  image_gone = 11,        // a cached image's data volume left the pool (deleted out of band):
+                          // the create that found it missing waits for the image to be fetched again
   // -- not found --------------------------------------------------------------
   no_domain = 64,
   no_pool = 65,

@@ -27,9 +27,7 @@ void remove_quietly(lv::connection& c, const std::string& pool, const std::strin
   }
 }
 
-} // namespace
-
-caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req) {
+caf::expected<domain_reading> create_steps(lv::connection& c, const vm_request& req) {
   auto& v = req.volumes;
   // Earlier attempts' volumes are the proxy's own by name: replace them.
   if (auto err = lv::delete_volume(c, req.pool, v.disk))
@@ -79,6 +77,40 @@ caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req
   if (!r)
     return fail(r.error());
   return r;
+}
+
+} // namespace
+
+// Called only after a failure, so a step that works costs no extra round
+// trip. volume_info refreshes the pool first, so a file removed behind
+// libvirt's back counts as gone too. A lookup that fails (the link went
+// down) is not an answer: the caller keeps its own error.
+caf::error image_gone(lv::connection& c, const std::string& pool,
+                      const std::vector<std::string>& images) {
+  for (auto& image : images) {
+    auto facts = lv::volume_info(c, pool, image);
+    if (facts && !*facts)
+      return make_error(ec::image_gone, "the cached image volume " + pool + "/" + image
+                                          + " is gone from the pool; it is fetched again");
+  }
+  return {};
+}
+
+caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req) {
+  auto r = create_steps(c, req);
+  if (!r)
+    if (auto gone = image_gone(c, req.pool, req.images))
+      return gone;
+  return r;
+}
+
+caf::error start_vm(lv::connection& c, const std::string& name, const std::string& pool,
+                    const std::vector<std::string>& images) {
+  auto err = lv::start_domain(c, name);
+  if (err)
+    if (auto gone = image_gone(c, pool, images))
+      return gone;
+  return err;
 }
 
 caf::error delete_vm(lv::connection& c, const std::string& name, const std::string& pool,

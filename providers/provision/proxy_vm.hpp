@@ -38,13 +38,29 @@ struct vm_request {
   proxy_volumes volumes;
   cloudinit::seed_files seed;
   domain_spec domain;       // disk and seed paths are filled in here
+  /// The cached image data volumes (in `pool`) it boots from: the disk's
+  /// base, the kernel, the initrd. Looked up when the create fails.
+  std::vector<std::string> images;
   std::vector<lv::address_source> sources; // read right after the start
 };
 
 /// Overlay (with a base disk), seed (built and uploaded), define + start;
 /// a kernel boot's kernel and initrd paths come in `domain`. On failure, what this
-/// attempt created is removed (the domain by define_and_start itself).
+/// attempt created is removed (the domain by define_and_start itself), and
+/// a failure whose cause is one of `images` gone from the pool (deleted out
+/// of band: libvirt and QEMU then only say a file could not be opened) is
+/// reported as transient/image_gone naming that volume.
 caf::expected<domain_reading> create_vm(lv::connection& c, const vm_request& req);
+
+/// Starts the defined domain `name`; a failure whose cause is one of its
+/// `images` gone from `pool` is transient/image_gone, as in create_vm.
+caf::error start_vm(lv::connection& c, const std::string& name, const std::string& pool,
+                    const std::vector<std::string>& images);
+
+/// The first of `images` missing from `pool`, as transient/image_gone; none
+/// when all are there or the lookup itself failed.
+caf::error image_gone(lv::connection& c, const std::string& pool,
+                      const std::vector<std::string>& images);
 
 /// Destroys and undefines the domain, then deletes its volumes. Missing
 /// parts are success.

@@ -236,6 +236,62 @@ BOOST_AUTO_TEST_CASE(spec_16_e2e_restart_adopts_running_vms_by_their_marks) {
   BOOST_REQUIRE(!eng->stop());
 }
 
+// Invariant 8 when the pool loses an image behind the engine's back (an
+// operator's cleanup, a host's disk replaced): the cached kernel's file is
+// removed from the pool directory while the proxy runs, then its VM is
+// destroyed (the engine starts the defined domain again), and the second
+// time destroyed and undefined (the engine creates it). Both steps fail on
+// the missing kernel; the engine finds the volume gone (transient/
+// image_gone), forgets the image as ready, fetches and verifies it again and
+// boots the proxy from it, with no restart. Before, the image stayed
+// "ready" in the engine and every attempt failed on the missing file for as
+// long as it ran.
+BOOST_AUTO_TEST_CASE(spec_08_e2e_a_cached_kernel_removed_from_the_pool_is_fetched_again) {
+  auto eng = engine::start(*sys, config({"e2e-gone"}));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  bool in = wait_status(*eng, [](auto& st) { return st.rotation.size() == 1; }, 180s);
+  if (!in)
+    dump(*eng);
+  BOOST_REQUIRE(in);
+  auto kernel = images::volume_names::of("e2e", "appliance-kernel", check.app.kernel_sha256);
+  auto transfers = [&] {
+    uint64_t n = 0;
+    if (auto st = eng->status())
+      for (auto& i : st->images)
+        if (i.image == "appliance-kernel")
+          n = i.transfers;
+    return n;
+  };
+  BOOST_REQUIRE_EQUAL(transfers(), uint64_t{1});
+  const std::vector<std::vector<std::string>> losses{{"destroy"}, {"destroy", "undefine"}};
+  for (auto& verbs : losses) {
+    BOOST_TEST_MESSAGE("kernel removed, then virsh " << verbs.back());
+    BOOST_REQUIRE(std::filesystem::remove(host.pool_dir() + "/" + kernel.data));
+    for (auto& verb : verbs) {
+      auto r = host.virsh({verb, "e2e-gone"});
+      BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
+    }
+    auto t0 = clock_type::now();
+    BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return st.rotation.empty(); }, 60s));
+    bool back = wait_status(*eng, [](auto& st) { return st.rotation.size() == 1; }, 180s);
+    if (!back)
+      dump(*eng);
+    BOOST_REQUIRE(back);
+    std::printf("e2e: kernel removed from the pool, VM %s: back in rotation after %.1f s\n",
+                verbs.back() == "destroy" ? "destroyed" : "undefined", seconds_since(t0));
+    auto p = *find(*eng->status(), "e2e-gone");
+    BOOST_CHECK(fetch_through(p.address).find("egress target") != std::string::npos);
+  }
+  BOOST_CHECK_EQUAL(transfers(), uint64_t{3});
+  testbed::temp_dir out{"kernel-check"};
+  auto r = host.virsh({"vol-download", "--pool", "egress", kernel.data, out / "vmlinux"});
+  BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
+  BOOST_CHECK_EQUAL(mirror::sha256_hex(testbed::read_file(out / "vmlinux")),
+                    check.app.kernel_sha256);
+  BOOST_REQUIRE(!eng->stop());
+}
+
 // The disk appliance (docs/spec.md 23): two proxies boot with root= on
 // their qcow2 overlays of one cached, compressed qcow2 base and forward HTTP
 // through the rotation. Then, with the VMs stopped: the base read back from
