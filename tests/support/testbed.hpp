@@ -222,8 +222,10 @@ public:
 
 private:
   void destroy_domains();
+  void hold_namespace(); // the mount namespace every start enters (testbed_libvirtd.cpp)
   libvirtd_options opts_;
   temp_dir dir_;
+  process holder_;
   process daemon_;
 };
 

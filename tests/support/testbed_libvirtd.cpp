@@ -9,9 +9,19 @@
 //   run-upper/      overlay upper of /run  (/run/libvirt: sockets, pid files,
 //   var-upper/      overlay upper of /var   domain status; caches, images)
 //   sock/           unix_sock_dir: libvirt-sock, libvirt-sock-ro, admin
-//   start.sh        mounts all that, then `exec libvirtd`
+//   mounts.sh       mounts all that in a new mount namespace, then sleeps:
+//                   the holder of that namespace for every start of libvirtd
 // Everything survives a crash or restart, so restart() finds the same
 // state, the same socket and the cached QEMU capabilities.
+//
+// Why a holder: a restarted libvirtd that mounted its own overlays again
+// would share the upper directories with the first start's mounts, which
+// its dnsmasq and QEMU processes still hold. Overlayfs does not support two
+// mounts writing one upper directory: the new daemon read a stale copy of
+// the leases file that the running dnsmasq kept writing through the old
+// mount, and proxies booted after a libvirtd restart never got addresses.
+// On a real host a restarted libvirtd sees the same /run and /var as its
+// dnsmasq; entering the holder's namespace gives the test bed that too.
 #include "support/testbed.hpp"
 
 #include <filesystem>
@@ -86,8 +96,9 @@ void write_config(const std::string& dir, const libvirtd_options& opts) {
   script += detail::private_run_var(dir);
   // libvirtd refuses to start without /var/log/libvirt; these go to the uppers.
   script += "mkdir -p /run/libvirt /var/log/libvirt /var/lib/libvirt /var/cache/libvirt\n";
-  script += "exec /usr/sbin/libvirtd -f " + q + "/etc/libvirtd.conf -p " + q + "/libvirtd.pid\n";
-  write_file(dir + "/start.sh", script, 0755);
+  script += ": > " + q + "/mounted\n";
+  script += "exec sleep infinity\n";
+  write_file(dir + "/mounts.sh", script, 0755);
 }
 
 /// The PID in a daemon's pid file; 0 when unreadable.
@@ -129,12 +140,33 @@ std::string libvirtd::log_text() const {
   return read_file(dir_ / "libvirtd.log") + read_file(dir_ / "libvirtd.stderr");
 }
 
+void libvirtd::hold_namespace() {
+  if (holder_.alive())
+    return;
+  fs::remove(dir_ / "mounted");
+  holder_ = process({detail::in_namespaces(opts_.netns, {"/bin/sh", dir_ / "mounts.sh"}),
+                     {},
+                     dir_ / "mounts.stderr"});
+  auto deadline = clock::now() + std::chrono::seconds(10);
+  while (!fs::exists(dir_ / "mounted")) {
+    if (!holder_.alive() || clock::now() > deadline)
+      throw std::runtime_error("testbed: libvirtd's mounts failed:\n"
+                               + read_file(dir_ / "mounts.stderr"));
+    std::this_thread::sleep_for(ms(10));
+  }
+}
+
 void libvirtd::start() {
   if (daemon_.alive())
     throw std::runtime_error("testbed: libvirtd already running");
-  daemon_ = process({detail::in_namespaces(opts_.netns, {"/bin/sh", dir_ / "start.sh"}),
-                     {},
-                     dir_ / "libvirtd.stderr"});
+  hold_namespace();
+  // nsenter execs (no --fork): the PID we hold is libvirtd's.
+  std::vector<std::string> argv{"nsenter", "--target", std::to_string(holder_.pid()), "--mount"};
+  if (!opts_.netns.empty())
+    argv.push_back("--net");
+  argv.insert(argv.end(), {"--", "/usr/sbin/libvirtd", "-f", dir_ / "etc/libvirtd.conf", "-p",
+                           dir_ / "libvirtd.pid"});
+  daemon_ = process({argv, {}, dir_ / "libvirtd.stderr"});
   wait_ready(opts_.ready_timeout);
 }
 
@@ -193,6 +225,7 @@ void libvirtd::stop() {
   }
   daemon_.stop(std::chrono::seconds(10));
   kill_leftover_domains(dir());
+  holder_.stop();
 }
 
 run_result libvirtd::virsh(const std::vector<std::string>& args, ms timeout) const {
