@@ -39,7 +39,7 @@ test: build appliance
 
 # The chaos soak (root): SOAK_ARGS="--hosts 4 --proxies 60 --minutes 30 --seed 7".
 SOAK_ARGS ?= --minutes 5
-soak: build
+soak: build appliance
 	$(BUILD)/soak $(SOAK_ARGS)
 
 # The Debian package from this build tree, into $(BUILD)/deb (debhelper).

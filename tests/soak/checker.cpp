@@ -48,6 +48,10 @@ void checker::on_status(const fleet_status& st, double answer_s, clock_type::tim
     }
     if (was_in_rotation_.count(p.name) != 0)
       add(t_s, p.name + " on " + p.host + " left the rotation with no fault on its host" + why);
+    if (now < patient_until_) {
+      out_since_.erase(p.name); // the stuck bound counts from the end of the patience
+      continue;
+    }
     auto at = out_since_.try_emplace(p.name, now).first;
     auto out_s = std::chrono::duration<double>(now - at->second).count();
     if (out_s > stuck_bound_s_ && stuck_reported_.insert(p.name).second)
@@ -85,6 +89,19 @@ void checker::on_host(const std::string& host, const std::vector<domain_reading>
   std::erase_if(orphan_since_, [&](auto& kv) {
     return kv.first.rfind(host + "/", 0) == 0 && seen.count(kv.first) == 0;
   });
+}
+
+void checker::on_probe(const std::string& proxy, bool in_rotation, bool passed,
+                       clock_type::time_point now, double t_s) {
+  if (!in_rotation || passed) {
+    failing_since_.erase(proxy);
+    return;
+  }
+  auto at = failing_since_.try_emplace(proxy, now).first;
+  auto failing_s = std::chrono::duration<double>(now - at->second).count();
+  if (failing_s > probe_bound_s && dead_served_reported_.insert(proxy).second)
+    add(t_s, proxy + " stayed in the rotation while requests through it failed for "
+               + seconds_text(failing_s));
 }
 
 void checker::on_foreign(const std::string& host, bool intact, double t_s) {

@@ -41,6 +41,10 @@ public:
   void excuse_proxy(const std::string& name, clock_type::time_point until) {
     proxy_until_[name] = until;
   }
+  /// While the mirror is broken and for a while after: a proxy waiting for
+  /// an image it must fetch again may stay out of the rotation (it may not
+  /// leave it).
+  void be_patient(clock_type::time_point until) { patient_until_ = until; }
   /// After an engine restart: nothing of the old engine's rotation carries over.
   void restart(clock_type::time_point until) {
     all_until_ = until;
@@ -54,16 +58,24 @@ public:
   void on_host(const std::string& host, const std::vector<domain_reading>& ours,
                const std::set<std::string>& declared, clock_type::time_point now, double t_s);
   void on_foreign(const std::string& host, bool intact, double t_s);
+  /// The soak's own request through a proxy (the VM bed). A proxy the
+  /// engine keeps in the rotation while its requests fail for longer than
+  /// `probe_bound_s` is a dead proxy served to clients.
+  void on_probe(const std::string& proxy, bool in_rotation, bool passed,
+                clock_type::time_point now, double t_s);
 
   void add(double t_s, std::string what);
   const std::vector<violation>& violations() const { return violations_; }
 
 private:
   bool excused(const proxy_status& p, clock_type::time_point now) const;
+  static constexpr double probe_bound_s = 20; // the engine's fall: 3 x 2 s + a 2 s timeout, and slack
 
   double held_bound_s_, orphan_bound_s_, stuck_bound_s_;
   std::map<std::string, clock_type::time_point> host_until_, proxy_until_;
-  clock_type::time_point all_until_{};
+  clock_type::time_point all_until_{}, patient_until_{};
+  std::map<std::string, clock_type::time_point> failing_since_; // in rotation, requests failing
+  std::set<std::string> dead_served_reported_;
   std::set<std::string> was_in_rotation_;
   std::map<std::string, clock_type::time_point> out_since_; // unexcused, out of rotation
   std::set<std::string> stuck_reported_;

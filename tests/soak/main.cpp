@@ -2,23 +2,28 @@
 // all along (every 250 ms, between the nemesis's actions).
 //
 //   soak [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]
-//        [--bed test-driver] [--engine in-process|caf-run]
+//        [--bed test-driver|vms] [--engine in-process|caf-run]
 //                                                (root; exit 77 otherwise)
 //
-// The bed (tests/soak/bed.hpp): N hosts, each a private libvirtd serving its
-// test driver and, in front of it, an sshd in a network namespace of its
-// own (the engine's only way in); P image-less
-// proxies round-robin over them, probes off (the test driver's addresses
-// are made up), gc on. The engine (tests/soak/engine_driver.hpp) runs in this
+// The bed (tests/soak/bed.hpp): N hosts, each a private libvirtd and, in
+// front of it, an sshd in a network namespace of its own (the engine's only
+// way in); P proxies round-robin over them, gc on. On the test driver the
+// proxies are image-less records and probes are off (the test driver's
+// addresses are made up). On the VM bed (--bed vms: the e2e suite's hosts,
+// QEMU under TCG) they are the appliance, booted from a kernel and an
+// initrd the engine fetches from the soak's mirror, and probed over HTTP. The engine (tests/soak/engine_driver.hpp) runs in this
 // process through its public API (egress::engine), or, with --engine
 // caf-run, as a caf-run process: reloaded by SIGHUP, restarted after SIGTERM
 // or SIGKILL, read through caf-shell --json. The nemesis plays the schedule drawn from the seed
 // (tests/soak/schedule.hpp): partitions, libvirtd stopped or killed and
 // restarted, sshd killed and restarted, domains destroyed or undefined behind
 // the engine's back, reloads that remove, add and change proxies, engine
-// restarts (half of them a SIGKILL when the engine is a caf-run process). The last 30 s (at least) hold no fault: once the last fault is
-// healed the fleet must converge, and the rest of the time is steady state,
-// checked as well.
+// restarts (half of them a SIGKILL when the engine is a caf-run process);
+// on the VM bed also a cached image file (data or marker) removed from a
+// pool with a VM there destroyed or undefined, and the mirror stalling,
+// cutting, corrupting or answering 500 for a while. The last 30 s (at
+// least) hold no fault: once the last fault is healed the fleet must
+// converge, and the rest of the time is steady state, checked as well.
 //
 // Violations (tests/soak/checker.hpp), each with its time:
 //  - a status request answered later than the call budget + 1 s;
@@ -27,10 +32,17 @@
 //    of it for more than 60 s with nothing excusing it;
 //  - a domain with our mark that no proxy declares on its host, for longer
 //    than 90 s (a removed proxy's VM left behind);
-//  - the unmarked domain "foreign" stopped or removed;
+//  - the unmarked domain "foreign" stopped, started or removed;
+//  - the VM bed: a proxy kept in the rotation while the soak's own requests
+//    through it (from its host's namespace, every 5 s) fail for over 20 s;
+//    a domain of ours seen running anew whose kernel or initrd file is
+//    missing or not the configured digest (an unverified or partial image);
 //  - not converged (every declared proxy running, with an address, in
 //    rotation, and exactly the declared domains on each host) within 90 s
-//    of the last heal;
+//    of the last heal (a broken mirror makes the checker patient: a proxy
+//    waiting for an image may stay out of the rotation, not leave it, until
+//    90 s after the mirror is fixed, 330 s after a corrupt body, whose digest
+//    failure the image actor retries after 5 min);
 //  - after convergence, the engine process's threads above the baseline + 4,
 //    fds above the baseline + 8, RSS above the baseline + 64 MiB (the
 //    baseline is read at the first convergence).
@@ -46,6 +58,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,6 +76,8 @@
 
 #include "base/log.hpp"
 #include "messages/error.hpp"
+#include "providers/images/volume_names.hpp"
+#include "providers/mirror/sha256.hpp"
 #include "runtime/engine.hpp"
 #include "soak/bed.hpp"
 #include "soak/checker.hpp"
@@ -126,10 +141,41 @@ struct footprint {
   }
 };
 
+// How the bed's proxies are declared: image-less 64 MiB records on the test
+// driver, the appliance (128 MiB, its kernel and initrd from the mirror,
+// clients from its VM network) on the VM bed. A spec change toggles the
+// memory between `memory_mib` and `memory_mib` + 16.
+struct proxy_maker {
+  std::function<proxy_spec(const std::string& name, const std::string& host)> make;
+  uint32_t memory_mib = 64;
+};
+
+proxy_maker maker_for(const std::vector<std::unique_ptr<soak_host>>& hosts) {
+  if (hosts.front()->vm_host() == nullptr)
+    return {[](const std::string& name, const std::string& host) {
+              proxy_spec p;
+              p.name = name;
+              p.host = host;
+              p.vcpus = 1;
+              p.memory_mib = 64;
+              p.network = "default";
+              return p;
+            },
+            64};
+  std::map<std::string, const test::local_host*> by_name;
+  for (auto& h : hosts)
+    by_name[h->name()] = h->vm_host();
+  return {[by_name](const std::string& name, const std::string& host) {
+            return test::appliance_proxy(name, *by_name.at(host));
+          },
+          128};
+}
+
 // The declared fleet and its changes (the reload fault).
 class declared_fleet {
 public:
-  declared_fleet(int proxies, const std::vector<std::string>& hosts) {
+  declared_fleet(int proxies, const std::vector<std::string>& hosts, proxy_maker maker)
+    : maker_(std::move(maker)) {
     for (int i = 0; i < proxies; ++i)
       add(hosts[static_cast<size_t>(i) % hosts.size()]);
   }
@@ -167,7 +213,7 @@ public:
       return {"added " + p.name + " on " + host, ""};
     }
     auto& p = proxies_[(pick / 3) % proxies_.size()];
-    p.memory_mib = p.memory_mib == 64 ? 80 : 64;
+    p.memory_mib = p.memory_mib == maker_.memory_mib ? maker_.memory_mib + 16 : maker_.memory_mib;
     return {"changed " + p.name + " to " + std::to_string(p.memory_mib) + " MiB", p.name};
   }
 
@@ -175,16 +221,11 @@ private:
   proxy_spec& add(const std::string& host) {
     char name[16];
     std::snprintf(name, sizeof name, "s%04d", next_++);
-    proxy_spec p;
-    p.name = name;
-    p.host = host;
-    p.vcpus = 1;
-    p.memory_mib = 64;
-    p.network = "default";
-    proxies_.push_back(std::move(p));
+    proxies_.push_back(maker_.make(name, host));
     return proxies_.back();
   }
 
+  proxy_maker maker_;
   std::vector<proxy_spec> proxies_;
   int next_ = 0;
 };
@@ -192,8 +233,9 @@ private:
 class soak_run {
 public:
   soak_run(const options& o, std::vector<std::unique_ptr<soak_host>>& hosts,
-           std::unique_ptr<engine_driver> eng)
-    : o_(o), hosts_(hosts), eng_(std::move(eng)), fleet_(o.proxies, host_names(hosts)),
+           soak_mirror* mirror, std::unique_ptr<engine_driver> eng)
+    : o_(o), hosts_(hosts), mirror_(mirror), eng_(std::move(eng)),
+      fleet_(o.proxies, host_names(hosts), maker_for(hosts)),
       // A status answer past the call budget + 1 s is a held caller; through
       // caf-shell the bound also covers the shell's start and its TLS dial.
       check_(eng_->kind() == "caf-run" ? 9.0 : 6.0, orphan_bound_s) {}
@@ -230,10 +272,13 @@ private:
                 *first, baseline_.threads, baseline_.fds, baseline_.rss_kib);
     nemesis_t0_ = clock_type::now();
     play(schedule);
-    auto after = wait_converged(converge_bound_s);
-    if (!after)
-      check_.add(since(t0_), "not converged within " + std::to_string(int(converge_bound_s))
+    auto bound = std::max(converge_bound_s, 60 + seconds_until(patient_until_));
+    auto after = wait_converged(bound);
+    if (!after) {
+      check_.add(since(t0_), "not converged within " + std::to_string(int(bound))
                                + " s of the last heal: " + last_unconverged_);
+      print_fleet();
+    }
     settle_and_check_footprint();
     while (since(nemesis_t0_) < nemesis_s) { // the rest of the time: steady state, checked
       tick(true);
@@ -261,6 +306,18 @@ private:
     for (auto& h : hosts_)
       cfg.hosts.push_back(h->config());
     cfg.proxies = fleet.proxies();
+    if (mirror_) {
+      // As the e2e suite probes (support/local_host.cpp): every host's VM
+      // network has the same subnet, each in its own namespace.
+      cfg.images = mirror_->images();
+      cfg.poll_interval = 500ms;
+      cfg.probe.mode = "http";
+      cfg.probe.target = hosts_.front()->vm_host()->target();
+      cfg.probe.interval = 2s;
+      cfg.probe.timeout = 2s;
+      cfg.probe.rise = 2;
+      cfg.probe.fall = 3;
+    }
     return cfg;
   }
 
@@ -279,14 +336,18 @@ private:
 
   double now_s() const { return since(t0_); }
 
+  static double seconds_until(clock_type::time_point t) {
+    return std::max(0.0, std::chrono::duration<double>(t - clock_type::now()).count());
+  }
+
   // The nemesis: starts and heals faults on their schedule while the
   // checker runs every tick in between.
   void play(const std::vector<fault>& schedule) {
-    struct held {
+    struct holding_fault {
       double until_s;
-      int host;
+      int host; // mirror_index for the mirror
     };
-    std::vector<held> holding;
+    std::vector<holding_fault> holding;
     size_t next = 0;
     double next_hosts = 0;
     while (next < schedule.size() || !holding.empty()) {
@@ -302,8 +363,9 @@ private:
       while (next < schedule.size() && schedule[next].at_s <= t) {
         auto& f = schedule[next++];
         inflict(f);
-        if (holds_host(f.kind))
-          holding.push_back({f.at_s + f.hold_s, f.host});
+        if (held(f.kind))
+          holding.push_back(
+            {f.at_s + f.hold_s, f.kind == fault_kind::break_mirror ? mirror_index : f.host});
       }
       tick(t >= next_hosts);
       if (t >= next_hosts)
@@ -369,6 +431,16 @@ private:
           check_.excuse_proxy(changed, clock_type::now() + grace);
         return;
       }
+      case fault_kind::lose_image:
+        lose_image(h, f.pick);
+        return;
+      case fault_kind::break_mirror: {
+        breakage_ = soak_mirror::pick(f.pick);
+        mirror_->breaks(breakage_);
+        check_.be_patient(far);
+        note(std::string{"break_mirror ("} + soak_mirror::to_string(breakage_) + ")");
+        return;
+      }
       case fault_kind::restart_engine: {
         // Half of them, drawn from the pick, SIGKILL a caf-run engine.
         bool hard = f.pick % 2 == 1;
@@ -388,7 +460,50 @@ private:
     }
   }
 
+  // One of the host's cached image files (data or marker) removed behind
+  // libvirt's back, and one of its VMs destroyed (or undefined) so that the
+  // engine has to boot from the images again.
+  void lose_image(soak_host& h, uint64_t pick) {
+    auto files = h.pool_volumes(images::volume_names::entry_prefix(entry));
+    std::erase_if(files, [](const std::string& n) {
+      return n.find(".proxy.") != std::string::npos // a proxy's own overlay or seed
+             || n.ends_with(".partial");
+    });
+    std::string what = "lose_image " + h.name();
+    if (files.empty()) {
+      note(what + ": no image there");
+      return;
+    }
+    auto file = files[pick % files.size()];
+    h.remove_from_pool(file);
+    lost_at_[h.name()] = clock_type::now();
+    what += " " + file;
+    if (auto name = fleet_.pick_on(h.name(), pick / 7)) {
+      check_.excuse_proxy(*name, clock_type::now() + grace);
+      bool undefine = (pick / 7) % 2 == 1;
+      auto err = h.destroy(*name, undefine);
+      what += std::string{undefine ? ", undefined " : ", destroyed "} + *name
+              + (err ? " (" + render(err) + ")" : "");
+    }
+    note(what);
+  }
+
+  void heal_mirror() {
+    mirror_->heal();
+    // A corrupt body fails its digest, a permanent failure the image actor
+    // retries after its retry_max (5 min, actors/image.hpp); a stalled one
+    // ends at the low-speed limit (30 s) and backs off.
+    auto patience = breakage_ == soak_mirror::breakage::corrupt ? 330s : 90s;
+    patient_until_ = clock_type::now() + patience;
+    check_.be_patient(patient_until_);
+    note("heal mirror");
+  }
+
   void heal(int host) {
+    if (host == mirror_index) {
+      heal_mirror();
+      return;
+    }
     auto& h = *hosts_[static_cast<size_t>(host) % hosts_.size()];
     h.heal();
     check_.excuse_host(h.name(), clock_type::now() + grace);
@@ -414,17 +529,70 @@ private:
     }
     if (!hosts_too)
       return;
+    if (mirror_ && now_s() >= next_probe_s_) {
+      probe_through_proxies();
+      next_probe_s_ = now_s() + 5;
+    }
     for (auto& h : hosts_) {
       if (!h->readable())
         continue; // libvirtd is stopped or killed by the nemesis
-      if (auto ours = h->marked(entry))
+      if (auto ours = h->marked(entry)) {
         check_.on_host(h->name(), *ours, fleet_.on(h->name()), clock_type::now(), now_s());
-      else
+        if (mirror_)
+          check_boots(*h, *ours);
+      } else
         check_.add(now_s(), "the soak cannot read " + h->name() + ": " + render(ours.error()));
       if (auto intact = h->foreign_intact())
         check_.on_foreign(h->name(), *intact, now_s());
       else
         check_.add(now_s(), "the soak cannot read " + h->name() + ": " + render(intact.error()));
+    }
+  }
+
+  // Every domain of ours seen running anew (a create or a start) boots from
+  // files with the configured digests: never a partial, unverified or
+  // replaced image. Not judged on a host whose image the nemesis removed
+  // a moment ago (the file may go while the check reads it).
+  void check_boots(soak_host& h, const std::vector<domain_reading>& ours) {
+    std::map<std::string, std::string> digest;
+    for (auto& i : mirror_->images())
+      digest[i.name] = i.sha256;
+    auto lost = lost_at_.find(h.name());
+    bool recent_loss = lost != lost_at_.end() && clock_type::now() - lost->second < 15s;
+    std::set<std::string> running;
+    for (auto& d : ours) {
+      if (d.state != domain_state::running)
+        continue;
+      auto key = h.name() + "/" + d.name + "/" + d.uuid;
+      running.insert(key);
+      if (booted_.count(key) != 0 || recent_loss)
+        continue;
+      auto files = h.booted_from(d.name);
+      if (!files)
+        continue; // gone again, or its host held
+      for (auto& [path, image] : {std::pair{files->kernel, std::string{"appliance-kernel"}},
+                                  std::pair{files->initrd, std::string{"appliance-initrd"}}}) {
+        auto bytes = testbed::read_file(path);
+        if (!bytes.empty() && mirror::sha256_hex(bytes) == digest[image])
+          continue;
+        check_.add(now_s(), d.name + " on " + h.name() + " started from " + image + " file "
+                              + path + " that is not the verified image ("
+                              + (bytes.empty() ? "missing" : "another digest") + ")");
+      }
+    }
+    std::erase_if(booted_, [&](const std::string& k) { return k.rfind(h.name() + "/", 0) == 0; });
+    booted_.insert(running.begin(), running.end());
+  }
+
+  // The soak's own request through every proxy the last status had in the
+  // rotation, from inside its host's namespace (the VM bed).
+  void probe_through_proxies() {
+    for (auto& p : last_.proxies) {
+      auto h = std::find_if(hosts_.begin(), hosts_.end(),
+                            [&](auto& x) { return x->name() == p.host; });
+      bool in = p.in_rotation && !p.address.empty() && h != hosts_.end();
+      bool passed = in && (*h)->fetch_through(p.address);
+      check_.on_probe(p.name, in, passed, clock_type::now(), now_s());
     }
   }
 
@@ -472,6 +640,25 @@ private:
       }
     }
     return true;
+  }
+
+  // What a convergence failure leaves to read: every proxy and image as the
+  // engine last said, and what each host holds.
+  void print_fleet() {
+    for (auto& p : last_.proxies)
+      std::printf("soak:   proxy %s on %s: %s%s address=%s error=%s\n", p.name.c_str(),
+                  p.host.c_str(), to_string(p.phase), p.in_rotation ? " in rotation" : "",
+                  p.address.c_str(), p.last_error.c_str());
+    for (auto& i : last_.images)
+      std::printf("soak:   image %s on %s: %s fills=%llu transfers=%llu error=%s\n",
+                  i.image.c_str(), i.host.c_str(), to_string(i.state),
+                  static_cast<unsigned long long>(i.fills),
+                  static_cast<unsigned long long>(i.transfers), i.last_error.c_str());
+    for (auto& h : hosts_)
+      if (auto ours = h->marked(entry))
+        for (auto& d : *ours)
+          std::printf("soak:   %s holds %s: %s\n", h->name().c_str(), d.name.c_str(),
+                      to_string(d.state));
   }
 
   std::optional<double> wait_converged(double bound_s) {
@@ -569,8 +756,16 @@ private:
       std::printf("soak: gnuplot failed: %s\n", r.output.c_str());
   }
 
+  static constexpr int mirror_index = -1; // a held fault on the mirror, not a host
+
   const options& o_;
   std::vector<std::unique_ptr<soak_host>>& hosts_;
+  soak_mirror* mirror_; // the VM bed's; null on the test driver
+  soak_mirror::breakage breakage_ = soak_mirror::breakage::stall;
+  clock_type::time_point patient_until_{};
+  std::map<std::string, clock_type::time_point> lost_at_; // host -> its last lose_image
+  std::set<std::string> booted_; // "host/name/uuid" seen running at the last read
+  double next_probe_s_ = 0;
   std::unique_ptr<engine_driver> eng_;
   declared_fleet fleet_;
   checker check_;
@@ -586,7 +781,7 @@ private:
 int usage_error(const char* argv0, const std::string& why) {
   std::fprintf(stderr,
                "%s\nusage: %s [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]"
-               " [--bed test-driver] [--engine in-process|caf-run]\n",
+               " [--bed test-driver|vms] [--engine in-process|caf-run]\n",
                why.c_str(), argv0);
   return 2;
 }
@@ -625,8 +820,8 @@ int main(int argc, char** argv) {
         return usage_error(argv[0], "--engine takes in-process or caf-run: " + v);
       o.engine = v;
     } else if (a == "--bed") {
-      if (v != "test-driver")
-        return usage_error(argv[0], "--bed: only test-driver is built (VMs are not yet): " + v);
+      if (v != "test-driver" && v != "vms")
+        return usage_error(argv[0], "--bed takes test-driver or vms: " + v);
       o.bed = v;
     } else {
       return usage_error(argv[0], "unknown option " + a);
@@ -637,6 +832,9 @@ int main(int argc, char** argv) {
   if (o.out.empty())
     o.out = "soak-" + std::to_string(o.seed);
   testbed::require_root_or_skip(); // exit 77 without root or the bed's tools
+  bool vms = o.bed == "vms";
+  // Exit 77 (1 with EGRESS_E2E_REQUIRED=1) without what VMs need.
+  auto app = vms ? test::require_vms_or_skip() : test::appliance{};
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   log::set_level(log::level::error);
   testbed::run({"mkdir", "-p", o.out});
@@ -652,6 +850,7 @@ int main(int argc, char** argv) {
   so.hosts = o.hosts;
   so.seconds = o.minutes * 60;
   so.quiet_s = std::max(30.0, so.seconds / 10);
+  so.images = vms;
   auto schedule = make_schedule(so);
   std::printf("soak: seed=%llu (replay: --seed %llu), %d hosts, %d proxies, %g minutes, %zu"
               " faults scheduled, output %s\n",
@@ -660,16 +859,21 @@ int main(int argc, char** argv) {
   for (auto& f : schedule)
     std::printf("soak: scheduled %s\n", describe(f).c_str());
   try {
+    // Before the hosts and the engine, after them gone: fills read from it.
+    std::unique_ptr<soak_mirror> mirror;
+    if (vms)
+      mirror = std::make_unique<soak_mirror>(app);
     std::vector<std::unique_ptr<soak_host>> hosts;
     for (int i = 0; i < o.hosts; ++i)
-      hosts.push_back(std::make_unique<soak_host>("hv" + std::to_string(i)));
+      hosts.push_back(std::make_unique<soak_host>(
+        "hv" + std::to_string(i), vms ? bed_kind::vms : bed_kind::test_driver));
     caf::actor_system_config cfg;
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     egress::configure(cfg);
     caf::actor_system sys{cfg};
     auto driver = o.engine == "caf-run" ? make_process_driver(o.out)
                                         : make_in_process_driver(sys);
-    soak_run run{o, hosts, std::move(driver)};
+    soak_run run{o, hosts, mirror.get(), std::move(driver)};
     return run.run(schedule, so.seconds);
   } catch (const std::exception& e) {
     std::printf("soak: FAILED (the bed, not the engine): %s\n", e.what());

@@ -14,6 +14,13 @@ constexpr fault_kind kinds[] = {
   fault_kind::reload,         fault_kind::restart_engine,
 };
 
+constexpr fault_kind image_kinds[] = {
+  fault_kind::partition,      fault_kind::stop_libvirtd,   fault_kind::kill_libvirtd,
+  fault_kind::kill_sshd,      fault_kind::destroy_domain,  fault_kind::undefine_domain,
+  fault_kind::reload,         fault_kind::restart_engine,  fault_kind::lose_image,
+  fault_kind::break_mirror,
+};
+
 // std::mt19937_64's output is fixed by the standard; the distributions are
 // not (they differ between standard libraries), so the draws are done here.
 double uniform(std::mt19937_64& rng, double lo, double hi) {
@@ -32,6 +39,8 @@ const char* to_string(fault_kind k) {
     case fault_kind::undefine_domain: return "undefine_domain";
     case fault_kind::reload: return "reload";
     case fault_kind::restart_engine: return "restart_engine";
+    case fault_kind::lose_image: return "lose_image";
+    case fault_kind::break_mirror: return "break_mirror";
   }
   return "?";
 }
@@ -41,19 +50,33 @@ bool holds_host(fault_kind k) {
          || k == fault_kind::kill_libvirtd || k == fault_kind::kill_sshd;
 }
 
+bool held(fault_kind k) {
+  return holds_host(k) || k == fault_kind::break_mirror;
+}
+
 std::vector<fault> make_schedule(const schedule_options& o) {
   std::mt19937_64 rng{o.seed};
   std::vector<fault> out;
   std::vector<double> busy_until(static_cast<size_t>(std::max(o.hosts, 1)), 0.0);
+  double mirror_busy_until = 0;
   const double last_heal = o.seconds - o.quiet_s;
   for (double t = uniform(rng, o.min_gap_s, o.max_gap_s); t < last_heal;
        t += uniform(rng, o.min_gap_s, o.max_gap_s)) {
     fault f;
     f.at_s = t;
-    f.kind = kinds[rng() % std::size(kinds)];
+    f.kind = o.images ? image_kinds[rng() % std::size(image_kinds)]
+                      : kinds[rng() % std::size(kinds)];
     f.host = static_cast<int>(rng() % busy_until.size());
     f.pick = rng();
     double hold = uniform(rng, o.min_hold_s, o.max_hold_s);
+    if (f.kind == fault_kind::break_mirror) {
+      if (mirror_busy_until > t)
+        continue;
+      f.hold_s = std::min(hold, last_heal - t);
+      mirror_busy_until = t + f.hold_s;
+      out.push_back(f);
+      continue;
+    }
     if (!holds_host(f.kind)) {
       out.push_back(f);
       continue;
@@ -72,7 +95,7 @@ std::vector<fault> make_schedule(const schedule_options& o) {
 
 std::string describe(const fault& f) {
   char buf[128];
-  if (holds_host(f.kind))
+  if (held(f.kind))
     std::snprintf(buf, sizeof buf, "%7.1fs %-15s host %d for %.1fs", f.at_s, to_string(f.kind),
                   f.host, f.hold_s);
   else

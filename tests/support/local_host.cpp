@@ -270,22 +270,27 @@ host_config local_host::host() const {
 // -- configs ------------------------------------------------------------------------
 
 std::vector<image_config> appliance_images(const appliance& a, const file_mirror& mirror) {
+  return appliance_images(a, [&](const std::string& file) { return mirror.url(file); });
+}
+
+std::vector<image_config>
+appliance_images(const appliance& a, const std::function<std::string(const std::string&)>& url_of) {
   image_config k;
   k.name = "appliance-kernel";
-  k.url = mirror.url("vmlinux");
+  k.url = url_of("vmlinux");
   k.sha256 = a.kernel_sha256;
   k.size = a.kernel_size;
   k.format = "kernel";
   k.transfer_budget = std::chrono::minutes(5);
   image_config i = k;
   i.name = "appliance-initrd";
-  i.url = mirror.url("initrd.gz");
+  i.url = url_of("initrd.gz");
   i.sha256 = a.initrd_sha256;
   i.size = a.initrd_size;
   i.format = "initrd";
   image_config d = k;
   d.name = "appliance-disk";
-  d.url = mirror.url("disk.qcow2");
+  d.url = url_of("disk.qcow2");
   d.sha256 = a.disk_sha256;
   d.size = a.disk_size;
   d.format = "qcow2";

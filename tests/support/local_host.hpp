@@ -15,6 +15,7 @@
 // dnsmasq's rules go with the namespace).
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,10 @@ private:
 /// (format kernel), "appliance-initrd" (format initrd) and "appliance-disk"
 /// (format qcow2: the proxy's root filesystem).
 std::vector<image_config> appliance_images(const appliance& a, const file_mirror& mirror);
+/// The same entries with each file's URL from `url_of` ("vmlinux",
+/// "initrd.gz", "disk.qcow2"): for a mirror of another kind.
+std::vector<image_config>
+appliance_images(const appliance& a, const std::function<std::string(const std::string&)>& url_of);
 
 /// How an appliance proxy boots: from the initramfs alone (no disk), or
 /// with `root=/dev/vda` on a qcow2 overlay of the cached appliance disk.

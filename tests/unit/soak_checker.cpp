@@ -112,3 +112,34 @@ BOOST_AUTO_TEST_CASE(a_proxy_out_of_the_rotation_unexcused_past_the_bound_is_stu
   BOOST_REQUIRE_EQUAL(c.violations().size(), 1u); // once
   BOOST_TEST(c.violations()[0].what.find("a on hv0 has been out of the rotation") != std::string::npos);
 }
+
+BOOST_AUTO_TEST_CASE(a_broken_mirror_makes_the_stuck_bound_patient_but_not_the_leave) {
+  checker c{6, 90, 60};
+  c.on_status(fleet({proxy("a", "hv0", true)}), 0.01, t0, 1);
+  c.be_patient(t0 + 100s);
+  auto out = fleet({proxy("a", "hv0", false)});
+  c.on_status(out, 0.01, t0 + 1s, 2); // leaving is never excused by the mirror
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 1u);
+  c.on_status(out, 0.01, t0 + 99s, 100); // out for 98 s, but patiently
+  BOOST_TEST(c.violations().size() == 1u);
+  c.on_status(out, 0.01, t0 + 101s, 102); // the stuck clock starts here
+  c.on_status(out, 0.01, t0 + 150s, 151);
+  BOOST_TEST(c.violations().size() == 1u);
+  c.on_status(out, 0.01, t0 + 162s, 163);
+  BOOST_TEST(c.violations().size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_proxy_kept_in_the_rotation_while_requests_through_it_fail_is_a_violation) {
+  checker c{6, 90, 60};
+  c.on_probe("a", true, false, t0, 1);
+  c.on_probe("a", true, false, t0 + 15s, 16);
+  c.on_probe("a", false, false, t0 + 16s, 17); // left the rotation: the clock ends
+  c.on_probe("a", true, false, t0 + 30s, 31);
+  c.on_probe("a", true, true, t0 + 45s, 46);   // passed: the clock ends
+  c.on_probe("a", true, false, t0 + 50s, 51);
+  BOOST_TEST(c.violations().empty());
+  c.on_probe("a", true, false, t0 + 71s, 72);
+  c.on_probe("a", true, false, t0 + 80s, 81);
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 1u); // once
+  BOOST_TEST(c.violations()[0].what.find("a stayed in the rotation") != std::string::npos);
+}
