@@ -11,6 +11,8 @@
 //   sock/           unix_sock_dir: libvirt-sock, libvirt-sock-ro, admin
 //   mounts.sh       mounts all that in a new mount namespace, then sleeps:
 //                   the holder of that namespace for every start of libvirtd
+//   start.sh        run inside it: binds passwd and group if needed, then
+//                   `exec libvirtd`
 // Everything survives a crash or restart, so restart() finds the same
 // state, the same socket and the cached QEMU capabilities.
 //
@@ -81,24 +83,32 @@ void write_config(const std::string& dir, const libvirtd_options& opts) {
   std::string q = detail::shell_quote(dir);
   std::string script = "#!/bin/sh\n# Runs inside unshare -m: these mounts are private.\nset -e\n";
   script += "mount --bind " + q + "/etc /etc/libvirt\n";
-  auto passwd = read_file("/etc/passwd"), group = read_file("/etc/group");
-  if (!has_entry(passwd, "libvirt-qemu") || !has_entry(group, "libvirt-qemu")) {
-    // 64055 is Debian's id for it; only the name matters, qemu runs as root.
-    if (!has_entry(passwd, "libvirt-qemu"))
-      passwd += "libvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin\n";
-    if (!has_entry(group, "libvirt-qemu"))
-      group += "libvirt-qemu:x:64055:\n";
-    write_file(dir + "/passwd", passwd);
-    write_file(dir + "/group", group);
-    script += "mount --bind " + q + "/passwd /etc/passwd\n";
-    script += "mount --bind " + q + "/group /etc/group\n";
-  }
   script += detail::private_run_var(dir);
   // libvirtd refuses to start without /var/log/libvirt; these go to the uppers.
   script += "mkdir -p /run/libvirt /var/log/libvirt /var/lib/libvirt /var/cache/libvirt\n";
   script += ": > " + q + "/mounted\n";
   script += "exec sleep infinity\n";
   write_file(dir + "/mounts.sh", script, 0755);
+
+  // passwd and group are bound at every start, inside the held namespace,
+  // when what it sees lacks the user: a file bound over /etc/passwd leaves
+  // every other namespace's mounts when the host replaces the file (adduser
+  // renames a new one over it), so a bind made once could be gone by the
+  // next restart.
+  auto passwd = read_file("/etc/passwd"), group = read_file("/etc/group");
+  // 64055 is Debian's id for it; only the name matters, qemu runs as root.
+  if (!has_entry(passwd, "libvirt-qemu"))
+    passwd += "libvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin\n";
+  if (!has_entry(group, "libvirt-qemu"))
+    group += "libvirt-qemu:x:64055:\n";
+  write_file(dir + "/passwd", passwd);
+  write_file(dir + "/group", group);
+  std::string start = "#!/bin/sh\n# Runs inside the held namespace (mounts.sh).\nset -e\n";
+  for (auto db : {"passwd", "group"})
+    start += std::string{"grep -q '^libvirt-qemu:' /etc/"} + db + " || mount --bind " + q + "/"
+             + db + " /etc/" + db + "\n";
+  start += "exec /usr/sbin/libvirtd -f " + q + "/etc/libvirtd.conf -p " + q + "/libvirtd.pid\n";
+  write_file(dir + "/start.sh", start, 0755);
 }
 
 /// The PID in a daemon's pid file; 0 when unreadable.
@@ -160,12 +170,11 @@ void libvirtd::start() {
   if (daemon_.alive())
     throw std::runtime_error("testbed: libvirtd already running");
   hold_namespace();
-  // nsenter execs (no --fork): the PID we hold is libvirtd's.
+  // nsenter and start.sh exec (no --fork): the PID we hold is libvirtd's.
   std::vector<std::string> argv{"nsenter", "--target", std::to_string(holder_.pid()), "--mount"};
   if (!opts_.netns.empty())
     argv.push_back("--net");
-  argv.insert(argv.end(), {"--", "/usr/sbin/libvirtd", "-f", dir_ / "etc/libvirtd.conf", "-p",
-                           dir_ / "libvirtd.pid"});
+  argv.insert(argv.end(), {"--", "/bin/sh", dir_ / "start.sh"});
   daemon_ = process({argv, {}, dir_ / "libvirtd.stderr"});
   wait_ready(opts_.ready_timeout);
 }
