@@ -299,10 +299,10 @@ std::vector<std::pair<std::string, image_actor>> missing_images(proxy_pointer se
   return out;
 }
 
-// A create found one of its images gone from the pool: the image actors
-// remember them as verified until told, and so does this proxy. Both
-// forget; the next create ensures them again, which checks the pool and
-// fetches what is missing.
+// A create or start found one of its images gone from the pool: the image
+// actors remember them as verified until told, and so does this proxy. Both
+// forget; the next create or start ensures them again, which checks the
+// pool and fetches what is missing.
 void forget_images(proxy_pointer self) {
   auto& st = self->state;
   for (auto& [role, actor] : {std::pair{"disk", st.opts.image},

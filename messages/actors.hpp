@@ -165,8 +165,8 @@ using host_link_actor = status_interface<link_status>::extend_with<
 using image_actor = status_interface<image_status>::extend_with<
   call_ledger_interface, kill_interface<image_status>>::extend<
   caf::replies_to<atom::ensure>::with<image_ready>,
-  // A proxy's create found this data volume gone from the pool: a ready
-  // image with that volume is forgotten, and the next ensure fills again.
+  // A proxy's create or start found this data volume gone from the pool: a
+  // ready image with that volume is forgotten, and the next ensure fills again.
   caf::reacts_to<atom::forget, std::string>,
   // Internal: the progress tick (rate, ETA, budget) while a fill runs.
   caf::reacts_to<atom::poll>>;
