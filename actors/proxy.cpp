@@ -287,15 +287,21 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   }
 }
 
-// The images this proxy boots from, by role, that are not verified yet.
-std::vector<std::pair<std::string, image_actor>> missing_images(proxy_pointer self) {
-  auto& st = self->state;
+// The image actors this proxy boots from, by role.
+std::vector<std::pair<std::string, image_actor>> image_roles(const proxy_state& st) {
   std::vector<std::pair<std::string, image_actor>> out;
   for (auto& [role, actor] : {std::pair{"disk", st.opts.image},
                               std::pair{"kernel", st.opts.kernel},
                               std::pair{"initrd", st.opts.initrd}})
-    if (actor && !st.ready.contains(role))
+    if (actor)
       out.emplace_back(role, actor);
+  return out;
+}
+
+// The images this proxy boots from, by role, that are not verified yet.
+std::vector<std::pair<std::string, image_actor>> missing_images(proxy_pointer self) {
+  auto out = image_roles(self->state);
+  std::erase_if(out, [&](auto& r) { return self->state.ready.contains(r.first); });
   return out;
 }
 
@@ -305,10 +311,8 @@ std::vector<std::pair<std::string, image_actor>> missing_images(proxy_pointer se
 // pool and fetches what is missing.
 void forget_images(proxy_pointer self) {
   auto& st = self->state;
-  for (auto& [role, actor] : {std::pair{"disk", st.opts.image},
-                              std::pair{"kernel", st.opts.kernel},
-                              std::pair{"initrd", st.opts.initrd}})
-    if (auto r = st.ready.find(role); actor && r != st.ready.end())
+  for (auto& [role, actor] : image_roles(st))
+    if (auto r = st.ready.find(role); r != st.ready.end())
       self->send(actor, atom::forget_v, r->second.volume);
   st.ready.clear();
 }
