@@ -227,7 +227,7 @@ void on_safety_net_tick(host_link_pointer self) {
 
 void arm_redial(host_link_pointer self) {
   auto& st = self->state;
-  if (st.redial_armed || st.watchers.empty() || st.state != link_state::dead)
+  if (st.redial_armed || st.state != link_state::dead)
     return;
   st.redial_armed = true;
   auto wait = std::chrono::duration_cast<caf::timespan>(st.next_dial_at
@@ -238,7 +238,7 @@ void arm_redial(host_link_pointer self) {
 void on_redial_tick(host_link_pointer self) {
   auto& st = self->state;
   st.redial_armed = false;
-  if (st.state != link_state::dead || st.watchers.empty())
+  if (st.state != link_state::dead)
     return;
   auto now = host_link_state::clock::now();
   if (now < st.next_dial_at) {

@@ -39,8 +39,9 @@ void on_link_up(host_link_pointer self);
 /// The safety net's tick: a bulk read if the link is up, and the next tick.
 void on_safety_net_tick(host_link_pointer self);
 
-/// A dead link whose domains are watched redials by itself, after its
-/// backoff: nobody else would call it.
+/// A dead link redials by itself after its backoff: settled proxies make no
+/// call that would redial it, and a host without proxies would show dead
+/// (and keep a collection owed there) until something called it.
 void arm_redial(host_link_pointer self);
 void on_redial_tick(host_link_pointer self);
 

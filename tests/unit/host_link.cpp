@@ -251,6 +251,26 @@ BOOST_AUTO_TEST_CASE(dead_link_redials_on_next_call_after_backoff) {
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 
+// Found by the soak (`build/soak --bed vms --hosts 2 --proxies 4 --minutes 30
+// --seed 33`): reloads had left no proxy on hv1 when its link died, and the
+// link stayed dead to the end, a healthy host shown dead, since only a call
+// or a watched domain redialed it. No call and no watcher here.
+BOOST_AUTO_TEST_CASE(spec_18_soak_seed_33_a_dead_link_without_proxies_redials_by_itself) {
+  auto link = spawn_link();
+  auto killer = sys.spawn([=](caf::event_based_actor* self) {
+    self->request(link, 5s, atom::kill_v, std::string{"test"})
+      .then([](link_status&) {}, [](caf::error&) {});
+  });
+  BOOST_REQUIRE(run_until([&] { return link_of(link).state == link_state::dead; }));
+  BOOST_REQUIRE(link_of(link).watchers.empty());
+  // The backoff (real time) is over; its timer (virtual time) fires.
+  link_of(link).next_dial_at = {};
+  sched.advance_time(link_of(link).opts.redial_max);
+  BOOST_CHECK(run_until([&] { return link_of(link).state == link_state::up; }));
+  BOOST_CHECK_EQUAL(link_of(link).dials, 2u);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
 // 100 calls, 5 at a time, on a link with a limit of 3: they run on at most
 // 3 threads, made once, not one thread per call.
 BOOST_AUTO_TEST_CASE(spec_26_calls_run_on_a_pool_of_workers_not_a_thread_each) {
