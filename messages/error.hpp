@@ -33,6 +33,8 @@ enum class ec : uint8_t {
   source_timeout = 10,    // an image source ran past its deadline or fell below its low-speed limit
   image_gone = 11,        // a cached image's data volume left the pool (deleted out of band):
                           // the create that found it missing waits for the image to be fetched again
+  storage_full = 12,      // the host's storage is full (no space, over quota): freeing space
+                          // is all a retry needs
   // -- not found --------------------------------------------------------------
   no_domain = 64,
   no_pool = 65,

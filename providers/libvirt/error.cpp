@@ -32,6 +32,11 @@ constexpr auto rules = std::to_array<rule>({
   // comes from a transport domain that is otherwise transient.
   {any,                          VIR_FROM_SSH,    "host key",                ec::access_denied},
   {any,                          VIR_FROM_LIBSSH, "host key",                ec::access_denied},
+  // A full disk under a pool (ENOSPC, EDQUOT: libvirt reports them as system
+  // errors, code 38, from whichever domain wrote) frees up: permanent would
+  // latch an image as failed until its retry_max, a proxy until a reload.
+  {any,                          any,             "No space left on device", ec::storage_full},
+  {any,                          any,             "Disk quota exceeded",     ec::storage_full},
 
   // -- no such object -----------------------------------------------------------
   {VIR_ERR_NO_DOMAIN,            any, "", ec::no_domain},

@@ -59,12 +59,15 @@ private:
   direct_transport inner_;
 };
 
+testbed::libvirtd_options storage_only(int pools_mib) {
+  testbed::libvirtd_options o;
+  o.warm_qemu_caps = false; // storage needs no QEMU probe
+  o.pools_mib = pools_mib;
+  return o;
+}
+
 struct fixture {
-  testbed::libvirtd lv{[] {
-    testbed::libvirtd_options o;
-    o.warm_qemu_caps = false; // storage needs no QEMU probe
-    return o;
-  }()};
+  testbed::libvirtd lv;
   std::string pool_dir;
   std::string image;
   std::string format;
@@ -72,8 +75,10 @@ struct fixture {
   test::http_server http;
 
   /// Raw by default: plain bytes, not a multiple of a MiB.
-  explicit fixture(std::string body = pattern(12 * mib + 12345, 7), std::string fmt = "raw")
-    : image(std::move(body)), format(std::move(fmt)), digest(mirror::sha256_hex(image)),
+  /// `pools_mib` > 0: the pool on a tmpfs that small (libvirtd_options).
+  explicit fixture(std::string body = pattern(12 * mib + 12345, 7), std::string fmt = "raw",
+                   int pools_mib = 0)
+    : lv(storage_only(pools_mib)), image(std::move(body)), format(std::move(fmt)), digest(mirror::sha256_hex(image)),
       http(image) {
     testbed::require_root_or_skip();
     lv.start();
@@ -332,6 +337,41 @@ BOOST_AUTO_TEST_CASE(missing_image_is_not_found_and_leaves_nothing) {
   BOOST_TEST_MESSAGE("404: " << render(r.error()));
   BOOST_CHECK(kind_of(r.error()) == error_kind::not_found);
   BOOST_CHECK(volumes().empty());
+}
+
+// A pool whose filesystem another tenant filled (a file not ours takes all
+// but 4 MiB of a 32 MiB tmpfs): the 12 MiB upload fails transient, naming
+// the full disk, nothing is marked, and the fill completes, verified, once
+// the space is back. Permanent would latch the image as failed until its
+// retry_max although freeing the disk is all it takes.
+struct small_pool_fixture : fixture {
+  small_pool_fixture() : fixture(pattern(12 * mib + 12345, 7), "raw", 32) {}
+
+  std::string filler() const { return pool_dir + "/not-ours"; }
+
+  void crowd(uint64_t leave) {
+    auto space = std::filesystem::space(pool_dir);
+    testbed::write_file(filler(), std::string(space.available - leave, 'x'));
+  }
+};
+
+BOOST_FIXTURE_TEST_CASE(spec_08_a_full_pool_fails_the_fill_transient_and_it_completes_once_freed,
+                        small_pool_fixture) {
+  crowd(4 * mib);
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("full pool: " << render(r.error()));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
+  BOOST_CHECK_MESSAGE(render(r.error()).find("No space left on device") != std::string::npos,
+                      render(r.error()));
+  auto n = names();
+  BOOST_CHECK(!exists(n.marker));
+  BOOST_CHECK(exists("not-ours"));
+  std::filesystem::remove(filler());
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+  BOOST_CHECK(exists(n.marker));
 }
 
 // docs/notes/failures.md#two-entries-share-volumes: two provider entries on one host and pool never share, overwrite or

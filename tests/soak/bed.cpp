@@ -1,9 +1,15 @@
 #include "soak/bed.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
@@ -48,6 +54,7 @@ soak_host::soak_host(std::string name, bed_kind bed) : name_(std::move(name)) {
   if (bed == bed_kind::vms) {
     test::local_host_options o;
     o.name = name_;
+    o.pools_mib = pool_mib;
     vm_ = std::make_unique<test::local_host>(o);
     ns_ = &vm_->netns();
     lv_ = &vm_->libvirtd();
@@ -185,6 +192,32 @@ caf::error soak_host::destroy(const std::string& domain, bool undefine) {
 bool soak_host::remove_from_pool(const std::string& volume) {
   std::error_code ec;
   return vm_ && std::filesystem::remove(vm_->pool_dir() + "/" + volume, ec);
+}
+
+void soak_host::fill_pool() {
+  if (!vm_)
+    return;
+  auto path = vm_->pool_dir() + "/" + filler_name;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw std::runtime_error(path + ": " + std::strerror(errno));
+  struct statvfs fs{};
+  if (::fstatvfs(fd, &fs) == 0) {
+    auto size = static_cast<off_t>(fs.f_bavail * fs.f_frsize);
+    auto have = ::lseek(fd, 0, SEEK_END);
+    // fallocate takes what is free or fails whole: then fill by writing.
+    if (::posix_fallocate(fd, have, size) != 0) {
+      std::vector<char> zeros(1 << 20);
+      while (::write(fd, zeros.data(), zeros.size()) > 0) {
+      }
+    }
+  }
+  ::close(fd);
+}
+
+bool soak_host::free_pool() {
+  std::error_code ec;
+  return !vm_ || std::filesystem::remove(vm_->pool_dir() + "/" + filler_name, ec);
 }
 
 std::vector<std::string> soak_host::pool_volumes(const std::string& prefix) const {

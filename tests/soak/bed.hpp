@@ -78,6 +78,14 @@ public:
   /// The VM bed: `volume`'s file removed from the pool's directory behind
   /// libvirt's back, as an operator's `rm` would. False if it was not there.
   bool remove_from_pool(const std::string& volume);
+  /// The VM bed: a file ("soak-filler", not ours) takes every free byte of
+  /// the pool's filesystem (a tmpfs of pool_mib), as another tenant's data
+  /// would. free_pool() removes it; false if it was gone (the engine must
+  /// never delete what is not its own).
+  void fill_pool();
+  bool free_pool();
+  static constexpr int pool_mib = 256;
+  static constexpr const char* filler_name = "soak-filler";
   /// The VM bed: the volume names in the pool starting with `prefix`.
   std::vector<std::string> pool_volumes(const std::string& prefix) const;
   /// What the running `domain` boots from (over the soak's connection).

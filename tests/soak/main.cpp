@@ -20,8 +20,9 @@
 // the engine's back, reloads that remove, add and change proxies, engine
 // restarts (half of them a SIGKILL when the engine is a caf-run process);
 // on the VM bed also a cached image file (data or marker) removed from a
-// pool with a VM there destroyed or undefined, and the mirror stalling,
-// cutting, corrupting or answering 500 for a while. The last 30 s (at
+// pool with a VM there destroyed or undefined, the mirror stalling,
+// cutting, corrupting or answering 500 for a while, and a pool's filesystem
+// (a 256 MiB tmpfs) filled by a file not ours. The last 30 s (at
 // least) hold no fault: once the last fault is healed the fleet must
 // converge, and the rest of the time is steady state, checked as well.
 //
@@ -32,17 +33,19 @@
 //    of it for more than 60 s with nothing excusing it;
 //  - a domain with our mark that no proxy declares on its host, for longer
 //    than 90 s (a removed proxy's VM left behind);
-//  - the unmarked domain "foreign" stopped, started or removed;
+//  - the unmarked domain "foreign" stopped, started or removed; the
+//    unmarked file that fills a pool removed;
 //  - the VM bed: a proxy kept in the rotation while the soak's own requests
 //    through it (from its host's namespace, every 5 s) fail for over 20 s;
 //    a domain of ours seen running anew whose kernel or initrd file is
 //    missing or not the configured digest (an unverified or partial image);
 //  - not converged (every declared proxy running, with an address, in
 //    rotation, and exactly the declared domains on each host) within 90 s
-//    of the last heal (a broken mirror makes the checker patient: a proxy
-//    waiting for an image may stay out of the rotation, not leave it, until
-//    90 s after the mirror is fixed, 330 s after a corrupt body, whose digest
-//    failure the image actor retries after 5 min);
+//    of the last heal (a broken mirror or a full pool makes the checker
+//    patient: a proxy waiting for an image may stay out of the rotation, not
+//    leave it, until 90 s after the mirror is fixed or the pool freed, 330 s
+//    after a corrupt body, whose digest failure the image actor retries
+//    after 5 min);
 //  - after convergence, the engine process's threads above the baseline + 4,
 //    fds above the baseline + 8, RSS above the baseline + 64 MiB (the
 //    baseline is read at the first convergence).
@@ -345,27 +348,36 @@ private:
   void play(const std::vector<fault>& schedule) {
     struct holding_fault {
       double until_s;
-      int host; // mirror_index for the mirror
+      fault_kind kind;
+      int host;
     };
     std::vector<holding_fault> holding;
     size_t next = 0;
     double next_hosts = 0;
-    while (next < schedule.size() || !holding.empty()) {
-      double t = since(nemesis_t0_);
+    // Heals every fault held until `t` or before.
+    auto heal_until = [&](double t) {
       for (auto it = holding.begin(); it != holding.end();) {
         if (it->until_s > t) {
           ++it;
           continue;
         }
-        heal(it->host);
+        heal(it->kind, it->host);
         it = holding.erase(it);
       }
+    };
+    while (next < schedule.size() || !holding.empty()) {
+      double t = since(nemesis_t0_);
+      heal_until(t);
       while (next < schedule.size() && schedule[next].at_s <= t) {
         auto& f = schedule[next++];
+        // Behind the schedule (an action that took long, an engine restart
+        // that waited on its bound), the faults due are played in their
+        // order, each one's heals first: the schedule's one-fault-per-host
+        // holds only then.
+        heal_until(f.at_s);
         inflict(f);
         if (held(f.kind))
-          holding.push_back(
-            {f.at_s + f.hold_s, f.kind == fault_kind::break_mirror ? mirror_index : f.host});
+          holding.push_back({f.at_s + f.hold_s, f.kind, f.host});
       }
       tick(t >= next_hosts);
       if (t >= next_hosts)
@@ -437,10 +449,15 @@ private:
       case fault_kind::break_mirror: {
         breakage_ = soak_mirror::pick(f.pick);
         mirror_->breaks(breakage_);
-        check_.be_patient(far);
+        be_patient("mirror", far);
         note(std::string{"break_mirror ("} + soak_mirror::to_string(breakage_) + ")");
         return;
       }
+      case fault_kind::fill_pool:
+        h.fill_pool();
+        be_patient("pool " + h.name(), far);
+        note(what);
+        return;
       case fault_kind::restart_engine: {
         // Half of them, drawn from the pick, SIGKILL a caf-run engine.
         bool hard = f.pick % 2 == 1;
@@ -494,17 +511,38 @@ private:
     // retries after its retry_max (5 min, actors/image.hpp); a stalled one
     // ends at the low-speed limit (30 s) and backs off.
     auto patience = breakage_ == soak_mirror::breakage::corrupt ? 330s : 90s;
-    patient_until_ = clock_type::now() + patience;
-    check_.be_patient(patient_until_);
+    be_patient("mirror", clock_type::now() + patience);
     note("heal mirror");
   }
 
-  void heal(int host) {
-    if (host == mirror_index) {
+  // A full pool fails every fill and every create there (a seed, an image)
+  // until it is freed; then the retries' backoff, as for the mirror.
+  void free_pool(soak_host& h) {
+    if (!h.free_pool())
+      check_.add(now_s(), h.name() + ": the file filling the pool (not ours) was removed");
+    be_patient("pool " + h.name(), clock_type::now() + 90s);
+    note("free pool " + h.name());
+  }
+
+  // The checker is patient until the last of its causes ends.
+  void be_patient(const std::string& cause, clock_type::time_point until) {
+    patience_[cause] = until;
+    patient_until_ = {};
+    for (auto& [c, t] : patience_)
+      patient_until_ = std::max(patient_until_, t);
+    check_.be_patient(patient_until_);
+  }
+
+  void heal(fault_kind kind, int host) {
+    auto& h = *hosts_[static_cast<size_t>(host) % hosts_.size()];
+    if (kind == fault_kind::break_mirror) {
       heal_mirror();
       return;
     }
-    auto& h = *hosts_[static_cast<size_t>(host) % hosts_.size()];
+    if (kind == fault_kind::fill_pool) {
+      free_pool(h);
+      return;
+    }
     h.heal();
     check_.excuse_host(h.name(), clock_type::now() + grace);
     note("heal " + h.name());
@@ -756,13 +794,12 @@ private:
       std::printf("soak: gnuplot failed: %s\n", r.output.c_str());
   }
 
-  static constexpr int mirror_index = -1; // a held fault on the mirror, not a host
-
   const options& o_;
   std::vector<std::unique_ptr<soak_host>>& hosts_;
   soak_mirror* mirror_; // the VM bed's; null on the test driver
   soak_mirror::breakage breakage_ = soak_mirror::breakage::stall;
   clock_type::time_point patient_until_{};
+  std::map<std::string, clock_type::time_point> patience_; // cause -> until
   std::map<std::string, clock_type::time_point> lost_at_; // host -> its last lose_image
   std::set<std::string> booted_; // "host/name/uuid" seen running at the last read
   double next_probe_s_ = 0;

@@ -18,7 +18,7 @@ constexpr fault_kind image_kinds[] = {
   fault_kind::partition,      fault_kind::stop_libvirtd,   fault_kind::kill_libvirtd,
   fault_kind::kill_sshd,      fault_kind::destroy_domain,  fault_kind::undefine_domain,
   fault_kind::reload,         fault_kind::restart_engine,  fault_kind::lose_image,
-  fault_kind::break_mirror,
+  fault_kind::break_mirror,   fault_kind::fill_pool,
 };
 
 // std::mt19937_64's output is fixed by the standard; the distributions are
@@ -41,6 +41,7 @@ const char* to_string(fault_kind k) {
     case fault_kind::restart_engine: return "restart_engine";
     case fault_kind::lose_image: return "lose_image";
     case fault_kind::break_mirror: return "break_mirror";
+    case fault_kind::fill_pool: return "fill_pool";
   }
   return "?";
 }
@@ -51,7 +52,7 @@ bool holds_host(fault_kind k) {
 }
 
 bool held(fault_kind k) {
-  return holds_host(k) || k == fault_kind::break_mirror;
+  return holds_host(k) || k == fault_kind::break_mirror || k == fault_kind::fill_pool;
 }
 
 std::vector<fault> make_schedule(const schedule_options& o) {
@@ -59,6 +60,7 @@ std::vector<fault> make_schedule(const schedule_options& o) {
   std::vector<fault> out;
   std::vector<double> busy_until(static_cast<size_t>(std::max(o.hosts, 1)), 0.0);
   double mirror_busy_until = 0;
+  std::vector<double> pool_busy_until(busy_until.size(), 0.0);
   const double last_heal = o.seconds - o.quiet_s;
   for (double t = uniform(rng, o.min_gap_s, o.max_gap_s); t < last_heal;
        t += uniform(rng, o.min_gap_s, o.max_gap_s)) {
@@ -74,6 +76,15 @@ std::vector<fault> make_schedule(const schedule_options& o) {
         continue;
       f.hold_s = std::min(hold, last_heal - t);
       mirror_busy_until = t + f.hold_s;
+      out.push_back(f);
+      continue;
+    }
+    if (f.kind == fault_kind::fill_pool) {
+      auto& until = pool_busy_until[static_cast<size_t>(f.host)];
+      if (until > t)
+        continue;
+      f.hold_s = std::min(hold, last_heal - t);
+      until = t + f.hold_s;
       out.push_back(f);
       continue;
     }

@@ -22,13 +22,15 @@ enum class fault_kind : uint8_t {
   // Only on the VM bed (schedule_options::images), where the pool holds images:
   lose_image,       // a cached image's data file or marker removed from the pool, and a VM there destroyed
   break_mirror,     // the mirror stalls, cuts, corrupts or answers 500 (by the pick); fixed at the end
+  fill_pool,        // a file takes every free byte of the host's pool filesystem; removed at the end
 };
 
 const char* to_string(fault_kind k);
 
 /// Whether the fault takes a host out (one at a time per host).
 bool holds_host(fault_kind k);
-/// Whether the fault holds until a heal (the host faults and the mirror).
+/// Whether the fault holds until a heal (the host faults, the mirror, a
+/// full pool).
 bool held(fault_kind k);
 
 struct fault {
@@ -46,14 +48,16 @@ struct schedule_options {
   double quiet_s = 30;   // no fault starts in the last quiet_s, and every heal is before
   double min_gap_s = 1, max_gap_s = 6;
   double min_hold_s = 1, max_hold_s = 10;
-  /// Draws lose_image and break_mirror too (the VM bed). Without, the draws
-  /// are those of the bed without images: a seed replays the same faults.
+  /// Draws lose_image, break_mirror and fill_pool too (the VM bed). Without,
+  /// the draws are those of the bed without images: a seed replays the same
+  /// faults.
   bool images = false;
 };
 
 /// The faults, sorted by start. At most hosts - 1 hosts are held at once (a
 /// healthy host is always left to check that its proxies are untouched), a
-/// host holds one host fault at a time, and the mirror one break at a time.
+/// host holds one host fault at a time, the mirror one break at a time and a
+/// pool one fill at a time (a full pool does not take its host out).
 std::vector<fault> make_schedule(const schedule_options& o);
 
 /// "12.5s partition hv1 for 4.0s": one line per fault, for the log.

@@ -156,16 +156,17 @@ std::string local_host::cannot_run() {
 }
 
 namespace {
-testbed::libvirtd_options lv_options(const testbed::netns& net) {
+testbed::libvirtd_options lv_options(const testbed::netns& net, int pools_mib) {
   testbed::libvirtd_options o;
   o.netns = net.name();
+  o.pools_mib = pools_mib;
   return o;
 }
 } // namespace
 
 local_host::local_host(local_host_options opts)
   : opts_(std::move(opts)),
-    lv_(lv_options(net_)),
+    lv_(lv_options(net_, opts_.pools_mib)),
     ssh_([this] {
       auto o = testbed::sshd_options::in(net_);
       o.libvirt_socket_dir = lv_.socket_dir();

@@ -65,6 +65,7 @@ private:
 struct local_host_options {
   std::string name = "local";
   int subnet = 7;  // the VM network is 10.213.<subnet>.0/24
+  int pools_mib = 0; // > 0: the pool is on a tmpfs of this size (libvirtd_options)
 };
 
 class local_host {

@@ -171,6 +171,10 @@ struct libvirtd_options {
   ms ready_timeout = std::chrono::seconds(60);
   int log_level = 3;                         // libvirt log_outputs: 1 debug .. 4 error
   bool warm_qemu_caps = true;                // start() waits for the QEMU probe too
+  /// > 0: dir()/pools is a tmpfs of this many MiB, mounted before the first
+  /// start (so the daemon's namespace holds it too) and unmounted by stop(),
+  /// a filesystem a test can fill; 0: the pools are on the machine's disk.
+  int pools_mib = 0;
 };
 
 /// A private root libvirtd (qemu:///system driver) in its own mount
@@ -225,8 +229,11 @@ private:
   void hold_namespace(); // the mount namespace every start enters (testbed_libvirtd.cpp)
   libvirtd_options opts_;
   temp_dir dir_;
+  void mount_pools();   // opts_.pools_mib: the tmpfs under dir()/pools
+  void unmount_pools();
   process holder_;
   process daemon_;
+  bool pools_mounted_ = false;
 };
 
 // ---- sshd -------------------------------------------------------------------

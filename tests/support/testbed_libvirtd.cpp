@@ -9,6 +9,7 @@
 //   run-upper/      overlay upper of /run  (/run/libvirt: sockets, pid files,
 //   var-upper/      overlay upper of /var   domain status; caches, images)
 //   sock/           unix_sock_dir: libvirt-sock, libvirt-sock-ro, admin
+//   pools/          the dir pools; a tmpfs when libvirtd_options::pools_mib
 //   mounts.sh       mounts all that in a new mount namespace, then sleeps:
 //                   the holder of that namespace for every start of libvirtd
 //   start.sh        run inside it: binds passwd and group if needed, then
@@ -150,9 +151,31 @@ std::string libvirtd::log_text() const {
   return read_file(dir_ / "libvirtd.log") + read_file(dir_ / "libvirtd.stderr");
 }
 
+// In this (the caller's) namespace, before the holder copies it: the
+// holder's copy is the same filesystem, so what a test writes to dir()/pools
+// fills the daemon's pools too.
+void libvirtd::mount_pools() {
+  if (opts_.pools_mib <= 0 || pools_mounted_)
+    return;
+  fs::create_directories(dir_ / "pools");
+  run_checked({"mount", "-t", "tmpfs", "-o", "size=" + std::to_string(opts_.pools_mib) + "m",
+               "egress-testbed-pools", dir_ / "pools"});
+  pools_mounted_ = true;
+}
+
+void libvirtd::unmount_pools() {
+  if (!pools_mounted_)
+    return;
+  // Lazy: a file still open elsewhere must not keep the mount, and with it
+  // the directory, from going.
+  run({"umount", "--lazy", dir_ / "pools"});
+  pools_mounted_ = false;
+}
+
 void libvirtd::hold_namespace() {
   if (holder_.alive())
     return;
+  mount_pools();
   fs::remove(dir_ / "mounted");
   holder_ = process({detail::in_namespaces(opts_.netns, {"/bin/sh", dir_ / "mounts.sh"}),
                      {},
@@ -235,6 +258,7 @@ void libvirtd::stop() {
   daemon_.stop(std::chrono::seconds(10));
   kill_leftover_domains(dir());
   holder_.stop();
+  unmount_pools();
 }
 
 run_result libvirtd::virsh(const std::vector<std::string>& args, ms timeout) const {

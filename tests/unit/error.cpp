@@ -55,6 +55,14 @@ const std::vector<row> table = {
    "Guest agent is not responding: QEMU guest agent is not connected", "libvirt_timeout",
    "transient"},
   {VIR_ERR_OK, VIR_FROM_NONE, "", "libvirt_transient", "transient"},
+  // -- a full disk under the pool: space comes back ----------------------------
+  // (what an upload into a full dir pool reports; tests/integration/fill.cpp)
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STREAMS,
+   "Unable to write /var/lib/libvirt/images/x: No space left on device", "storage_full",
+   "transient"},
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STORAGE,
+   "cannot create file '/var/lib/libvirt/images/x': Disk quota exceeded", "storage_full",
+   "transient"},
   // -- no such object ---------------------------------------------------------
   {VIR_ERR_NO_DOMAIN, VIR_FROM_TEST, "Domain not found", "no_domain", "not_found"},
   {VIR_ERR_NO_DOMAIN, VIR_FROM_QEMU, "Domain not found: no domain with matching name 'x'",

@@ -69,22 +69,26 @@ BOOST_AUTO_TEST_CASE(one_host_gets_no_host_fault) {
     BOOST_TEST(!holds_host(f.kind));
 }
 
-BOOST_AUTO_TEST_CASE(the_vm_bed_draws_image_faults_and_breaks_the_mirror_once_at_a_time) {
+BOOST_AUTO_TEST_CASE(the_vm_bed_draws_image_faults_and_breaks_the_mirror_and_a_pool_once_at_a_time) {
   auto o = opts(11);
   o.images = true;
   std::map<fault_kind, int> kinds;
   double mirror_free_at = 0;
+  std::map<int, double> pool_free_at;
   for (auto& f : make_schedule(o)) {
     ++kinds[f.kind];
-    if (f.kind != fault_kind::break_mirror)
+    if (f.kind != fault_kind::break_mirror && f.kind != fault_kind::fill_pool)
       continue;
+    auto& free_at = f.kind == fault_kind::break_mirror ? mirror_free_at : pool_free_at[f.host];
     BOOST_TEST(held(f.kind));
-    BOOST_TEST(f.at_s >= mirror_free_at, describe(f));
+    BOOST_TEST(!holds_host(f.kind));
+    BOOST_TEST(f.at_s >= free_at, describe(f));
     BOOST_TEST(f.at_s + f.hold_s <= o.seconds - o.quiet_s + 1e-9);
-    mirror_free_at = f.at_s + f.hold_s;
+    free_at = f.at_s + f.hold_s;
   }
-  BOOST_TEST(kinds.size() == 10u);
+  BOOST_TEST(kinds.size() == 11u);
   o.images = false;
   for (auto& f : make_schedule(o))
-    BOOST_TEST((f.kind != fault_kind::lose_image && f.kind != fault_kind::break_mirror));
+    BOOST_TEST((f.kind != fault_kind::lose_image && f.kind != fault_kind::break_mirror
+                && f.kind != fault_kind::fill_pool));
 }
