@@ -37,6 +37,11 @@ constexpr auto rules = std::to_array<rule>({
   // latch an image as failed until its retry_max, a proxy until a reload.
   {any,                          any,             "No space left on device", ec::storage_full},
   {any,                          any,             "Disk quota exceeded",     ec::storage_full},
+  // QEMU killed while it started ("qemu unexpectedly closed the monitor:
+  // ... terminating on signal 15 from pid N"): someone destroyed the domain
+  // under its start, and starting it again works. Without this rule it was
+  // an internal error, permanent, and latched the proxy as failed.
+  {any,                          VIR_FROM_QEMU,   "terminating on signal",   ec::libvirt_transient},
 
   // -- no such object -----------------------------------------------------------
   {VIR_ERR_NO_DOMAIN,            any, "", ec::no_domain},

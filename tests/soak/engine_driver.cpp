@@ -2,10 +2,14 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +27,16 @@ namespace {
 
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
+
+// The build's caf-run and caf-shell, or the ones the environment names
+// (EGRESS_CAF_RUN, EGRESS_CAF_SHELL): an installed engine, or copies that
+// a rebuild during a long soak does not replace under it.
+std::string program(const char* env, const char* built) {
+  auto* v = std::getenv(env);
+  return v != nullptr && *v != '\0' ? v : built;
+}
+const std::string caf_run = program("EGRESS_CAF_RUN", EGRESS_CAF_RUN);
+const std::string caf_shell = program("EGRESS_CAF_SHELL", EGRESS_CAF_SHELL);
 
 class in_process : public engine_driver {
 public:
@@ -97,7 +111,13 @@ public:
     write(cfg);
     auto log = dir_ + "/caf-run.log";
     auto before = testbed::read_file(log).size(); // each start appends
-    proc_ = testbed::process({{EGRESS_CAF_RUN, "--config-file=" + ini()}, {}, log});
+    // In the run's directory, with core dumps on: a crash leaves its core
+    // there (where the kernel's core_pattern is a plain file name), and
+    // the stacks are read from it (crash_stacks). exec keeps the PID.
+    proc_ = testbed::process({{"/bin/sh", "-c", "cd \"$0\" && ulimit -c unlimited && exec \"$@\"",
+                               dir_, caf_run, "--config-file=" + ini()},
+                              {},
+                              log});
     auto deadline = clock_type::now() + 20s;
     const std::string mark = "inspector listening: caf-shell ";
     for (;;) {
@@ -117,17 +137,29 @@ public:
     if (proc_.pid() == 0)
       return {};
     if (!proc_.alive()) // it died on its own: that is the news
-      return failure("caf-run had ended before its SIGTERM: " + ended(*proc_.wait_status()));
+      return failure("caf-run had ended before its SIGTERM: " + ended(*proc_.wait_status())
+                     + crash_stacks());
     // SIGTERM, then SIGKILL past the grace: a stop that hangs is the error.
+    // A stop still running past the engine's own bound (10 s) is what its
+    // threads are doing: their stacks are saved before its watchdog (12 s)
+    // ends it.
+    proc_.signal(SIGTERM);
+    auto slow = clock_type::now() + 9s;
+    while (proc_.alive() && clock_type::now() < slow)
+      std::this_thread::sleep_for(10ms);
+    std::string stacks;
+    if (proc_.alive())
+      stacks = save_stacks({"-p", std::to_string(proc_.pid())}, "stop");
     auto status = proc_.stop(15s);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      return failure("caf-run after SIGTERM: " + ended(status));
+      return failure("caf-run after SIGTERM: " + ended(status) + stacks);
     return {};
   }
 
   caf::error kill() override {
     if (proc_.pid() != 0 && !proc_.alive())
-      return failure("caf-run had ended before its SIGKILL: " + ended(*proc_.wait_status()));
+      return failure("caf-run had ended before its SIGKILL: " + ended(*proc_.wait_status())
+                     + crash_stacks());
     proc_.signal(SIGKILL);
     proc_.stop();
     return {};
@@ -154,7 +186,7 @@ public:
   }
 
   caf::expected<fleet_status> status() override {
-    auto r = testbed::run({EGRESS_CAF_SHELL, address_, "--identity=" + identity_dir(), "--json",
+    auto r = testbed::run({caf_shell, address_, "--identity=" + identity_dir(), "--json",
                            "--timeout=5000", "-c", "status"},
                           10s);
     if (!r.ok())
@@ -187,6 +219,31 @@ private:
     return make_error(ec::libvirt_permanent, std::move(what));
   }
 
+  // Every thread's stack, by gdb (when installed) from a live process
+  // ("-p PID") or a core, into the run's directory: "; stacks in FILE".
+  std::string save_stacks(std::vector<std::string> target, const std::string& what) {
+    if (::access("/usr/bin/gdb", X_OK) != 0)
+      return "";
+    auto file = dir_ + "/" + what + "-stacks-" + std::to_string(++stacks_saved_) + ".txt";
+    std::vector<std::string> argv{"/usr/bin/gdb", "-batch", "-nx", "-ex",
+                                  "thread apply all bt", caf_run};
+    argv.insert(argv.end(), target.begin(), target.end());
+    auto r = testbed::run(argv, 60s);
+    testbed::write_file(file, r.output);
+    return "; stacks in " + file;
+  }
+
+  // A crashed caf-run's core (the kernel wrote "core" in its directory): its
+  // stacks saved, the core removed (one run can crash more than once).
+  std::string crash_stacks() {
+    auto core = dir_ + "/core";
+    if (::access(core.c_str(), R_OK) != 0)
+      return "";
+    auto out = save_stacks({core}, "crash");
+    std::remove(core.c_str());
+    return out;
+  }
+
   static std::string ended(int status) {
     if (WIFEXITED(status))
       return "exit " + std::to_string(WEXITSTATUS(status));
@@ -212,6 +269,7 @@ private:
   std::string dir_;
   testbed::process proc_;
   std::string address_;
+  int stacks_saved_ = 0;
 };
 
 } // namespace

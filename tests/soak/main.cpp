@@ -4,6 +4,9 @@
 //   soak [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]
 //        [--bed test-driver|vms] [--engine in-process|caf-run]
 //                                                (root; exit 77 otherwise)
+//   EGRESS_CAF_RUN, EGRESS_CAF_SHELL: other binaries than the build's (an
+//   installed engine, or copies that a rebuild does not replace mid-run);
+//   EGRESS_APPLIANCE_DIR: the appliance for --bed vms.
 //
 // The bed (tests/soak/bed.hpp): N hosts, each a private libvirtd and, in
 // front of it, an sshd in a network namespace of its own (the engine's only

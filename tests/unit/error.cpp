@@ -116,6 +116,27 @@ BOOST_AUTO_TEST_CASE(classification_table) {
   }
 }
 
+// Found by the soak (`build/soak --bed vms --hosts 2 --proxies 4 --minutes 12
+// --seed 34 --engine caf-run`): its virDomainDestroy landed while the engine
+// started s0002, QEMU died on the signal, and the start's error (this text,
+// as libvirt 9.0 gave it) was permanent: the proxy was latched failed until
+// the engine restarted.
+BOOST_AUTO_TEST_CASE(spec_10_soak_seed_34_a_vm_killed_during_its_start_is_transient) {
+  auto err = lv::classify(
+    VIR_ERR_INTERNAL_ERROR, VIR_FROM_QEMU,
+    "internal error: qemu unexpectedly closed the monitor: 2026-12-04T22:29:45.864191Z "
+    "qemu-system-x86_64: terminating on signal 15 from pid 4214 (/usr/sbin/libvirtd)",
+    "start s0002");
+  BOOST_CHECK_EQUAL(kind(err), "transient");
+  // QEMU refusing its configuration stays permanent: retrying cannot help.
+  auto refused = lv::classify(
+    VIR_ERR_INTERNAL_ERROR, VIR_FROM_QEMU,
+    "internal error: qemu unexpectedly closed the monitor: qemu-system-x86_64: -kernel "
+    "/nonexistent: Could not open '/nonexistent': No such file or directory",
+    "start s0002");
+  BOOST_CHECK_EQUAL(kind(refused), "permanent");
+}
+
 BOOST_AUTO_TEST_CASE(context_names_operation_message_code_and_domain) {
   auto err = lv::classify(VIR_ERR_NO_DOMAIN, VIR_FROM_TEST, "Domain not found", "hv1: read px-1");
   BOOST_TEST(detail(err) == "hv1: read px-1: Domain not found (code=42 domain=12)");
