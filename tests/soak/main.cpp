@@ -61,6 +61,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -70,6 +71,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +114,26 @@ struct options {
   std::string bed = "test-driver";
   std::string engine = "in-process";
 };
+
+// SIGINT or SIGTERM: the soak stops at its next check and tears its bed
+// down (engine, daemons, VMs, namespaces, mounts) on the way out.
+volatile std::sig_atomic_t interrupted = 0;
+
+struct interruption : std::runtime_error {
+  interruption() : std::runtime_error("interrupted") {}
+};
+
+void on_interrupt(int sig) {
+  interrupted = sig;
+}
+
+void stop_on_interrupt() {
+  struct sigaction sa{};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM})
+    ::sigaction(sig, &sa, nullptr);
+}
 
 double since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -558,6 +580,8 @@ private:
 
   // One check of the engine (every tick) and of the hosts (`hosts_too`).
   void tick(bool hosts_too) {
+    if (interrupted != 0)
+      throw interruption{};
     auto t = clock_type::now();
     auto st = eng_->status();
     auto answer_s = since(t);
@@ -898,6 +922,7 @@ int main(int argc, char** argv) {
               o.hosts, o.proxies, o.minutes, schedule.size(), o.out.c_str());
   for (auto& f : schedule)
     std::printf("soak: scheduled %s\n", describe(f).c_str());
+  stop_on_interrupt();
   try {
     // Before the hosts and the engine, after them gone: fills read from it.
     std::unique_ptr<soak_mirror> mirror;
@@ -915,6 +940,10 @@ int main(int argc, char** argv) {
                                         : make_in_process_driver(sys);
     soak_run run{o, hosts, mirror.get(), std::move(driver)};
     return run.run(schedule, so.seconds);
+  } catch (const interruption&) {
+    std::printf("soak: interrupted by signal %d; the bed is torn down\n",
+                static_cast<int>(interrupted));
+    return 128 + interrupted;
   } catch (const std::exception& e) {
     std::printf("soak: FAILED (the bed, not the engine): %s\n", e.what());
     return 2;
