@@ -236,6 +236,15 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
                               }),
                subs.end());
   });
+  // On exit (engine shutdown) every prober is killed: a batch blocked on a
+  // partitioned host waits out each probe's timeout in turn, and its thread
+  // would hold the actor system's shutdown that long (docs/spec.md 15).
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (auto& [_, h] : self->state.hosts)
+      if (h.prober)
+        h.prober->kill();
+    self->quit(msg.reason);
+  });
   return {
     [self](proxy_status& s) { update_target(self, s); },
     [self](atom::ls) { return self->state.calls.rows(); },

@@ -62,6 +62,19 @@ connection::~connection() {
   virConnectClose(conn_);
 }
 
+std::string library_version() {
+  unsigned long v = 0;
+  if (virGetVersion(&v, nullptr, nullptr) < 0)
+    return "?";
+  return std::to_string(v / 1000000) + "." + std::to_string(v / 1000 % 1000) + "."
+         + std::to_string(v % 1000);
+}
+
+bool concurrent_calls_safe() {
+  unsigned long v = 0;
+  return virGetVersion(&v, nullptr, nullptr) == 0 && v >= 10004000;
+}
+
 bool connection::alive() const noexcept {
   return virConnectIsAlive(conn_) == 1;
 }

@@ -71,4 +71,17 @@ private:
 
 using connection_ptr = std::shared_ptr<connection>;
 
+/// This process's libvirt library ("9.0.0").
+std::string library_version();
+
+/// Whether two threads may be inside calls on one remote connection at
+/// once. Not before libvirt 10.4.0 (CVE-2024-4418; Debian 12 ships 9.0):
+/// a caller woken by another thread's call (or by the keepalive closing the
+/// connection) left a GLib watch pointing into its own stack frame behind
+/// in the connection's event loop, and the next caller's loop ran it after
+/// that frame was gone. Found by the chaos soak as a SIGSEGV right after a
+/// keepalive timeout with calls queued behind a start (docs/architecture.md,
+/// "One call at a time on a connection").
+bool concurrent_calls_safe();
+
 } // namespace egress::lv
