@@ -370,6 +370,14 @@ caf::expected<fill_result> fill(const fill_request& req, fill_progress& progress
   bool resumed = progress.resumed_from.load() > 0;
   bool bad_bytes = is(failure, ec::digest_mismatch) || is(failure, ec::length_mismatch);
   bool keep = kind_of(failure) == error_kind::transient;
+  // A full disk: retried soon (transient), but the data goes now, giving
+  // the space back to the host's other tenants (its VMs' disks among them)
+  // rather than holding the last free bytes for a resume.
+  if (is(failure, ec::storage_full)) {
+    failure = make_error(ec::storage_full,
+                         detail(failure) + " (the partial volume is deleted, giving the space back)");
+    keep = false;
+  }
   if (bad_bytes && resumed) {
     failure = make_error(ec::source_failed,
                          detail(failure) + " (after resuming at byte "

@@ -341,9 +341,10 @@ BOOST_AUTO_TEST_CASE(missing_image_is_not_found_and_leaves_nothing) {
 
 // A pool whose filesystem another tenant filled (a file not ours takes all
 // but 4 MiB of a 32 MiB tmpfs): the 12 MiB upload fails transient, naming
-// the full disk, nothing is marked, and the fill completes, verified, once
-// the space is back. Permanent would latch the image as failed until its
-// retry_max although freeing the disk is all it takes.
+// the full disk, nothing is marked, the partial data is deleted (the space
+// given back), and the fill completes, verified, once the space is back.
+// Permanent would latch the image as failed until its retry_max although
+// freeing the disk is all it takes.
 struct small_pool_fixture : fixture {
   small_pool_fixture() : fixture(pattern(12 * mib + 12345, 7), "raw", 32) {}
 
@@ -366,6 +367,7 @@ BOOST_FIXTURE_TEST_CASE(spec_08_a_full_pool_fails_the_fill_transient_and_it_comp
                       render(r.error()));
   auto n = names();
   BOOST_CHECK(!exists(n.marker));
+  BOOST_CHECK(!exists(n.data));
   BOOST_CHECK(exists("not-ours"));
   std::filesystem::remove(filler());
   auto again = fill(request());

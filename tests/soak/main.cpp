@@ -25,7 +25,8 @@
 // on the VM bed also a cached image file (data or marker) removed from a
 // pool with a VM there destroyed or undefined, the mirror stalling,
 // cutting, corrupting or answering 500 for a while, and a pool's filesystem
-// (a 256 MiB tmpfs) filled by a file not ours. The last 30 s (at
+// (a 256 MiB tmpfs) filled by a file not ours, with a cached image lost
+// there too so that the engine must write into it. The last 30 s (at
 // least) hold no fault: once the last fault is healed the fleet must
 // converge, and the rest of the time is steady state, checked as well.
 //
@@ -479,9 +480,12 @@ private:
         return;
       }
       case fault_kind::fill_pool:
+        // With an image lost too: the engine must write into the full pool
+        // (a fetch again, a seed), or the fill would rarely meet a write.
         h.fill_pool();
         be_patient("pool " + h.name(), far);
         note(what);
+        lose_image(h, f.pick);
         return;
       case fault_kind::restart_engine: {
         // Half of them, drawn from the pick, SIGKILL a caf-run engine.

@@ -71,16 +71,12 @@ std::vector<fault> make_schedule(const schedule_options& o) {
     f.host = static_cast<int>(rng() % busy_until.size());
     f.pick = rng();
     double hold = uniform(rng, o.min_hold_s, o.max_hold_s);
-    if (f.kind == fault_kind::break_mirror) {
-      if (mirror_busy_until > t)
-        continue;
-      f.hold_s = std::min(hold, last_heal - t);
-      mirror_busy_until = t + f.hold_s;
-      out.push_back(f);
-      continue;
-    }
-    if (f.kind == fault_kind::fill_pool) {
-      auto& until = pool_busy_until[static_cast<size_t>(f.host)];
+    // The mirror and each pool hold one fault at a time; neither takes a
+    // host out.
+    if (f.kind == fault_kind::break_mirror || f.kind == fault_kind::fill_pool) {
+      auto& until = f.kind == fault_kind::break_mirror
+                      ? mirror_busy_until
+                      : pool_busy_until[static_cast<size_t>(f.host)];
       if (until > t)
         continue;
       f.hold_s = std::min(hold, last_heal - t);
