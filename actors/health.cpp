@@ -140,15 +140,23 @@ void start_batch(health_pointer self, const std::string& host, health_host& h,
   }
   h.in_flight = true;
   auto prober = h.prober;
+  auto control = std::make_shared<batch_control>();
+  control->prober = prober;
+  std::erase_if(st.batches, [](const std::weak_ptr<batch_control>& b) { return b.expired(); });
+  st.batches.push_back(control);
   auto settings = probe::settings{st.opts.probe.mode == "http" ? st.opts.probe.target
                                                                : std::string{},
                                   std::chrono::duration_cast<std::chrono::milliseconds>(
                                     st.opts.probe.timeout)};
   blocking_work work{"probe " + std::to_string(items->size()) + " proxy(ies)",
-                     [prober, items, settings]() -> caf::expected<std::any> {
+                     [control, items, settings]() -> caf::expected<std::any> {
                        for (auto& it : *items) {
+                         if (control->called_off) {
+                           it.result = make_error(ec::shutting_down, "probe called off");
+                           continue;
+                         }
                          auto [ip, port] = split_endpoint(it.address);
-                         it.result = prober->probe(ip, port, settings);
+                         it.result = control->prober->probe(ip, port, settings);
                        }
                        return std::any{std::move(*items)};
                      }};
@@ -167,9 +175,9 @@ void start_batch(health_pointer self, const std::string& host, health_host& h,
         if (b)
           on_batch(self, host, *b);
       },
-      [self, host, names, prober, addr = call.address()](caf::error& err) {
+      [self, host, names, control, addr = call.address()](caf::error& err) {
         self->state.calls.abandon(addr, "probe batch past its bound: " + render(err));
-        prober->kill();
+        control->call_off();
         auto failed = names;
         for (auto& it : failed)
           it.result = make_error(ec::ssh_failed, "probe batch abandoned: " + render(err));
@@ -236,13 +244,14 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
                               }),
                subs.end());
   });
-  // On exit (engine shutdown) every prober is killed: a batch blocked on a
-  // partitioned host waits out each probe's timeout in turn, and its thread
-  // would hold the actor system's shutdown that long (docs/spec.md 15).
+  // On exit (engine shutdown) every batch in flight is called off: one on a
+  // partitioned host waits out each probe's timeout in turn (a kill ends
+  // only the probe it meets; the next connects anew), and its thread would
+  // hold the actor system's shutdown that long (docs/spec.md 15).
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    for (auto& [_, h] : self->state.hosts)
-      if (h.prober)
-        h.prober->kill();
+    for (auto& b : self->state.batches)
+      if (auto control = b.lock())
+        control->call_off();
     self->quit(msg.reason);
   });
   return {

@@ -17,7 +17,9 @@
 
 #include <chrono>
 #include <functional>
+#include <atomic>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,11 +60,25 @@ struct health_host {
   bool link_dead = false;
 };
 
+/// A probe batch in flight: its prober, and whether the rest of it is
+/// called off (each probe after a kill would connect anew and wait out its
+/// own timeout on a host that does not answer).
+struct batch_control {
+  probe::prober_ptr prober;
+  std::atomic<bool> called_off{false};
+
+  void call_off() noexcept {
+    called_off = true;
+    prober->kill();
+  }
+};
+
 struct health_state {
   std::string name = "health";
   health_options opts;
   std::map<std::string, health_target> targets; // by proxy name
   std::map<std::string, health_host> hosts;
+  std::vector<std::weak_ptr<batch_control>> batches; // in flight (called off on exit)
   std::vector<rotation_events_actor> subscribers;
   uint32_t rotation_size = 0;
   call_ledger calls; // the probe batches in flight (caf-shell ls calls)

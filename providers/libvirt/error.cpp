@@ -32,11 +32,15 @@ constexpr auto rules = std::to_array<rule>({
   // comes from a transport domain that is otherwise transient.
   {any,                          VIR_FROM_SSH,    "host key",                ec::access_denied},
   {any,                          VIR_FROM_LIBSSH, "host key",                ec::access_denied},
-  // A full disk under a pool (ENOSPC, EDQUOT: libvirt reports them as system
-  // errors, code 38, from whichever domain wrote) frees up: permanent would
+  // A full disk under a pool (ENOSPC, EDQUOT: system errors, code 38, from
+  // the stream or the storage driver that wrote) frees up: permanent would
   // latch an image as failed until its retry_max, a proxy until a reload.
-  {any,                          any,             "No space left on device", ec::storage_full},
-  {any,                          any,             "Disk quota exceeded",     ec::storage_full},
+  // Only there: ENOSPC from a cgroup (an empty cpuset) or inotify is a
+  // configuration fault and stays permanent.
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STREAMS, "No space left on device", ec::storage_full},
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STORAGE, "No space left on device", ec::storage_full},
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STREAMS, "Disk quota exceeded",     ec::storage_full},
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STORAGE, "Disk quota exceeded",     ec::storage_full},
   // QEMU killed while it started ("qemu unexpectedly closed the monitor:
   // ... terminating on signal 15 from pid N"): someone destroyed the domain
   // under its start, and starting it again works. Without this rule it was

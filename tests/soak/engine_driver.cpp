@@ -114,7 +114,8 @@ public:
     // In the run's directory, with core dumps on: a crash leaves its core
     // there (where the kernel's core_pattern is a plain file name), and
     // the stacks are read from it (crash_stacks). exec keeps the PID.
-    proc_ = testbed::process({{"/bin/sh", "-c", "cd \"$0\" && ulimit -c unlimited && exec \"$@\"",
+    proc_ = testbed::process({{"/bin/sh", "-c",
+                               "cd \"$0\" && { ulimit -c unlimited 2>/dev/null; exec \"$@\"; }",
                                dir_, caf_run, "--config-file=" + ini()},
                               {},
                               log});
@@ -142,9 +143,9 @@ public:
     // SIGTERM, then SIGKILL past the grace: a stop that hangs is the error.
     // A stop still running past the engine's own bound (10 s) is what its
     // threads are doing: their stacks are saved before its watchdog (12 s)
-    // ends it.
+    // ends it. (Not earlier: gdb stops the process while it attaches.)
     proc_.signal(SIGTERM);
-    auto slow = clock_type::now() + 9s;
+    auto slow = clock_type::now() + 10500ms;
     while (proc_.alive() && clock_type::now() < slow)
       std::this_thread::sleep_for(10ms);
     std::string stacks;

@@ -131,6 +131,7 @@ void on_interrupt(int sig) {
 void stop_on_interrupt() {
   struct sigaction sa{};
   sa.sa_handler = on_interrupt;
+  sa.sa_flags = SA_RESETHAND; // a second one ends a teardown that hangs
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM})
     ::sigaction(sig, &sa, nullptr);

@@ -136,6 +136,10 @@ libvirtd::~libvirtd() {
     // A destructor must finish: kill_leftover_domains below still runs.
   }
   kill_leftover_domains(dir());
+  try {
+    unmount_pools(); // if stop() threw before it
+  } catch (...) {
+  }
 }
 
 std::string libvirtd::socket_path() const {

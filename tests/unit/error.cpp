@@ -63,6 +63,10 @@ const std::vector<row> table = {
   {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STORAGE,
    "cannot create file '/var/lib/libvirt/images/x': Disk quota exceeded", "storage_full",
    "transient"},
+  // ENOSPC elsewhere is a configuration fault: an empty cpuset cgroup.
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_CGROUP,
+   "Unable to write to '/sys/fs/cgroup/cpuset/machine/cpuset.mems': No space left on device",
+   "libvirt_permanent", "permanent"},
   // -- no such object ---------------------------------------------------------
   {VIR_ERR_NO_DOMAIN, VIR_FROM_TEST, "Domain not found", "no_domain", "not_found"},
   {VIR_ERR_NO_DOMAIN, VIR_FROM_QEMU, "Domain not found: no domain with matching name 'x'",
