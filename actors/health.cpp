@@ -139,9 +139,8 @@ void start_batch(health_pointer self, const std::string& host, health_host& h,
     items->push_back({t->view.name, t->view.address, probe::outcome{}});
   }
   h.in_flight = true;
-  auto prober = h.prober;
   auto control = std::make_shared<batch_control>();
-  control->prober = prober;
+  control->prober = h.prober;
   std::erase_if(st.batches, [](const std::weak_ptr<batch_control>& b) { return b.expired(); });
   st.batches.push_back(control);
   auto settings = probe::settings{st.opts.probe.mode == "http" ? st.opts.probe.target

@@ -15,9 +15,9 @@
 // batch in a detached actor (one prober per host, never shared between
 // hosts), so a silent proxy or host delays only its own host's batch.
 
+#include <atomic>
 #include <chrono>
 #include <functional>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <string>

@@ -62,17 +62,27 @@ connection::~connection() {
   virConnectClose(conn_);
 }
 
-std::string library_version() {
+namespace {
+
+// libvirt's own version number (major * 1,000,000 + minor * 1,000 +
+// release); 0 if it cannot say. Local: no connection, no round trip.
+unsigned long library_number() {
   unsigned long v = 0;
-  if (virGetVersion(&v, nullptr, nullptr) < 0)
+  return virGetVersion(&v, nullptr, nullptr) == 0 ? v : 0;
+}
+
+} // namespace
+
+std::string library_version() {
+  auto v = library_number();
+  if (v == 0)
     return "?";
   return std::to_string(v / 1000000) + "." + std::to_string(v / 1000 % 1000) + "."
          + std::to_string(v % 1000);
 }
 
 bool concurrent_calls_safe() {
-  unsigned long v = 0;
-  return virGetVersion(&v, nullptr, nullptr) == 0 && v >= 10004000;
+  return library_number() >= 10004000;
 }
 
 bool connection::alive() const noexcept {
