@@ -112,29 +112,16 @@ void record(fleet_pointer self, Status now) {
   }
 }
 
-// max-calls, or one on a libvirt library whose remote client must not be
-// entered by two threads at once (lv::concurrent_calls_safe): the calls
-// then wait in the link's queue, where no budget runs, not inside libvirt.
-// The test driver opened in this process has no remote client.
-uint32_t calls_at_once(const host_config& h) {
-  if (h.transport == "direct" && h.uri.starts_with("test:///"))
-    return h.max_calls;
-  static const bool safe = [] {
-    bool ok = lv::concurrent_calls_safe();
-    if (!ok)
-      log::warn("fleet", "libvirt " + lv::library_version()
-                           + " (before 10.4.0, CVE-2024-4418): one call at a time on each"
-                             " host link, whatever max-calls says");
-    return ok;
-  }();
-  return safe ? h.max_calls : 1;
-}
-
+// The link's calls and connections follow plan_calls (actors/transport_choice):
+// where libvirt's remote client must not be entered by two threads at once,
+// each call it runs at once has a connection of its own.
 void spawn_link(fleet_pointer self, const host_config& h) {
   auto& st = self->state;
   host_link_options o;
   o.host = h.name;
-  o.max_calls = calls_at_once(h);
+  auto plan = plan_calls(h);
+  o.max_calls = plan.calls;
+  o.connections = plan.connections;
   o.call_budget = h.call_budget;
   o.connect_timeout = h.connect_timeout;
   o.redial_min = st.cfg.redial_min;

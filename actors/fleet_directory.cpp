@@ -38,7 +38,8 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
       if (!s.reason.empty())
         e.row.state += " (" + s.reason + ")";
       e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
-                         kv("limit", s.limit), kv("dials", s.dials), kv("deaths", s.deaths),
+                         kv("limit", s.limit), kv("libvirt connections", s.connections),
+                         kv("dials", s.dials), kv("deaths", s.deaths),
                          kv("budget overruns", s.overruns),
                          kv("abandoned calls running", s.abandoned_calls),
                          kv("domain events", s.events), kv("bulk reads", s.bulk_reads),

@@ -83,6 +83,32 @@ void return_worker(host_link_pointer self, const call_worker_actor& w) {
     st.idle_workers.push_back(w);
 }
 
+// The connection for the next call: the least busy of the link's, or a new
+// one (opened by the call itself, on its worker) while the link has fewer
+// than opts.connections. Where opts.connections is max_calls no two calls
+// ever share one; where it is 1 they all share the dial's.
+std::shared_ptr<lv::lazy_connection> take_connection(host_link_pointer self) {
+  auto& st = self->state;
+  auto& all = st.connections;
+  auto least = std::min_element(all.begin(), all.end(),
+                                [](auto& a, auto& b) { return a.calls < b.calls; });
+  if ((least == all.end() || least->calls > 0) && all.size() < st.opts.connections) {
+    lv::keepalive ka{st.opts.keepalive_interval_s, st.opts.keepalive_count};
+    all.push_back({std::make_shared<lv::lazy_connection>(st.transport->uri(), ka), 0});
+    least = std::prev(all.end());
+  }
+  ++least->calls;
+  return least->conn;
+}
+
+// A call on `conn` answered. A connection of an older generation is gone
+// from the list: nothing to count.
+void return_connection(host_link_state& st, const std::shared_ptr<lv::lazy_connection>& conn) {
+  for (auto& c : st.connections)
+    if (c.conn == conn && c.calls > 0)
+      --c.calls;
+}
+
 // The host answered a call (its job's own error counts: libvirt served it).
 void note_served(host_link_state& st) {
   st.served = true;
@@ -95,11 +121,15 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
   auto what = p.job.what;
   auto budget = p.job.budget.count() > 0 ? p.job.budget : st.opts.call_budget;
   auto worker = take_worker(self);
-  st.in_flight.emplace(id, host_link_state::running{std::move(p.rp), worker});
-  // The job runs with the connection of this generation; if the link dies,
-  // the kill makes the job's blocked libvirt call return.
-  blocking_work work{what, [conn = st.conn, fn = std::move(p.job.fn)]() {
-                       return fn(*conn);
+  auto conn = take_connection(self);
+  st.in_flight.emplace(id, host_link_state::running{std::move(p.rp), worker, conn});
+  // The job runs with a connection of this generation; if the link dies,
+  // the kill makes the job's blocked libvirt call (or its open) return.
+  blocking_work work{what, [conn, fn = std::move(p.job.fn)]() -> caf::expected<std::any> {
+                       auto c = conn->get();
+                       if (!c)
+                         return c.error();
+                       return fn(**c);
                      }};
   st.calls.started(worker.address(), worker.id(), st.opts.host, what);
   auto gen = st.generation;
@@ -111,6 +141,7 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
         if (i == st.in_flight.end())
           return; // abandoned: the link died while the call ran (worker retired)
         return_worker(self, worker);
+        return_connection(st, i->second.conn);
         i->second.rp.deliver(std::move(r));
         st.in_flight.erase(i);
         note_served(st);
@@ -128,6 +159,7 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
           return;
         }
         auto rp = std::move(i->second.rp);
+        return_connection(st, i->second.conn);
         st.in_flight.erase(i);
         if (err == caf::sec::request_timeout) {
           // Invariant 3: past its budget the caller gets transient now, and
@@ -198,7 +230,9 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
           dispose(self, std::move(r.value));
           return;
         }
-        st.conn = std::any_cast<std::shared_ptr<lv::connection>>(r.value);
+        st.connections.push_back({std::make_shared<lv::lazy_connection>(
+                                    std::any_cast<std::shared_ptr<lv::connection>>(r.value)),
+                                  0});
         st.state = link_state::up;
         st.served = false;
         st.leases = lease_view::not_read;
@@ -315,6 +349,7 @@ link_status host_link_state::snapshot() const {
   s.in_flight = static_cast<uint32_t>(in_flight.size());
   s.queued = static_cast<uint32_t>(queued.size());
   s.limit = opts.max_calls;
+  s.connections = static_cast<uint32_t>(connections.size());
   s.dials = dials;
   s.deaths = deaths;
   s.overruns = overruns;
@@ -359,14 +394,15 @@ void mark_dead(host_link_pointer self, std::string reason) {
   // second mark-dead returns at once) even if a transport's kill were slow.
   // The connection is released after the kill, also off this thread.
   auto t = std::move(st.transport);
-  auto c = std::move(st.conn);
-  if (t || c) {
+  auto c = std::move(st.connections);
+  st.connections.clear();
+  if (t || !c.empty()) {
     auto h = st.calls.spawn(self, st.opts.host,
                         blocking_work{"kill", [t, c]() mutable
                                       -> caf::expected<std::any> {
                                         if (t)
                                           t->kill();
-                                        c.reset();
+                                        c.clear();
                                         t.reset();
                                         return std::any{};
                                       }});

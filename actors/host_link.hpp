@@ -28,9 +28,19 @@
 
 namespace egress {
 
+namespace lv {
+class lazy_connection;
+} // namespace lv
+
 struct host_link_options {
   std::string host;
   uint32_t max_calls = 5;
+  // libvirt connections the link keeps through its transport (1..max_calls):
+  // max_calls where libvirt's client must not run two calls at once on one
+  // connection (actors/transport_choice), so that each call has its own; 1
+  // where it may. The first is opened by the dial, the others by the first
+  // call that needs each. The transport must take as many (its lanes).
+  uint32_t connections = 1;
   caf::timespan call_budget = std::chrono::seconds(30);
   caf::timespan connect_timeout = std::chrono::seconds(10);
   caf::timespan redial_min = std::chrono::milliseconds(500);
@@ -63,10 +73,17 @@ struct host_link_state {
     caf::typed_response_promise<call_result> rp;
   };
 
+  // One of the link's libvirt connections, with the calls running on it.
+  struct connection_slot {
+    std::shared_ptr<lv::lazy_connection> conn;
+    uint32_t calls = 0;
+  };
+
   // A call on one of the pool's workers.
   struct running {
     caf::typed_response_promise<call_result> rp;
     call_worker_actor worker;
+    std::shared_ptr<lv::lazy_connection> conn;
   };
 
   std::string name = "host_link";
@@ -74,7 +91,11 @@ struct host_link_state {
   link_state state = link_state::dialing;
   std::string reason;
   transport_ptr transport;
-  std::shared_ptr<lv::connection> conn;
+  // This generation's connections: the first (events registered on it) from
+  // the dial, the others added as calls need them, up to opts.connections.
+  // Only workers and the kill ever hold the last reference (a close may
+  // block): the link drops them all at its death, after the kill.
+  std::vector<connection_slot> connections;
   // Each dial starts a new generation; answers from an older one are stale.
   uint64_t generation = 0;
   uint64_t next_id = 0;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "base/log.hpp"
+#include "providers/libvirt/connection.hpp"
 #include "providers/ssh/ssh_transport.hpp"
 
 namespace egress {
@@ -29,10 +31,26 @@ void fill_session(Options& o, const host_config& h) {
 
 } // namespace
 
+call_plan plan_calls(const host_config& h) {
+  if (h.transport == "direct" && h.uri.starts_with("test:///"))
+    return {h.max_calls, 1};
+  static const bool safe = [] {
+    bool ok = lv::concurrent_calls_safe();
+    if (!ok)
+      log::warn("links", "libvirt " + lv::library_version()
+                           + " (before 10.4.0, CVE-2024-4418): a libvirt connection per"
+                             " call on each host link, never two calls on one");
+    return ok;
+  }();
+  return {h.max_calls, safe ? 1 : h.max_calls};
+}
+
 transport_factory transport_for(const host_config& h) {
+  auto lanes = plan_calls(h).connections;
   if (h.transport == "ssh") {
     ssh_transport_options o;
     fill_session(o, h);
+    o.lanes = lanes;
     o.remote_socket = h.remote_socket;
     o.remote_command = h.remote_command;
     o.libvirt_uri = h.uri;
@@ -47,6 +65,7 @@ transport_factory transport_for(const host_config& h) {
     o.socket_path = h.socket;
     o.libvirt_uri = h.uri;
     o.bridge_dir = h.bridge_dir;
+    o.lanes = lanes;
     return over_local_socket(std::move(o));
   }
   return direct(h.uri);

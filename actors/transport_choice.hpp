@@ -1,14 +1,31 @@
 #pragma once
 // Which transport a host's link dials through, from its validated config.
 
+#include <cstdint>
+
 #include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
 #include "providers/transport.hpp"
 
 namespace egress {
 
+/// How a host's link runs its calls: at most `calls` at once, on
+/// `connections` libvirt connections.
+struct call_plan {
+  uint32_t calls = 1;
+  uint32_t connections = 1;
+};
+
+/// max-calls calls on one shared connection where libvirt's client may run
+/// calls from several threads at once (libvirt >= 10.4.0, or the test driver
+/// opened in this process, which has no client); otherwise a connection for
+/// each (libvirt before 10.4.0, CVE-2024-4418: docs/architecture.md, "One
+/// call at a time on a connection"). Logs the second case once.
+call_plan plan_calls(const host_config& host);
+
 /// direct: libvirt opens the URI itself; ssh: the engine's SSH bridge;
-/// local-socket: the engine's bridge in front of a local daemon socket.
+/// local-socket: the engine's bridge in front of a local daemon socket. The
+/// bridge takes plan_calls(host).connections libvirt connections.
 transport_factory transport_for(const host_config& host);
 
 /// The prober for a host's proxies: through the host's SSH server for an ssh

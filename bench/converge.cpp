@@ -125,6 +125,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/transport_choice.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
@@ -1163,9 +1164,14 @@ int main(int argc, char** argv) {
                 " RTT %s ms (RTT/2 each way), known_hosts %s\n",
                 s.relay().port(), rtts_text.c_str(), s.relay_known_hosts().c_str());
     std::printf("  %s; %ld cores\n", versions().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
-    std::printf("  engine: transport ssh (libssh2 + bridge + pump), remote socket %s,"
-                " max-calls %u per link, probes off\n",
-                remote_socket.c_str(), host_config{}.max_calls);
+    {
+      host_config h;
+      h.transport = "ssh";
+      auto plan = plan_calls(h);
+      std::printf("  engine: transport ssh (libssh2 + bridge + pump), remote socket %s,"
+                  " max-calls %u per link on %u libvirt connection(s), probes off\n",
+                  remote_socket.c_str(), plan.calls, plan.connections);
+    }
     std::string workers_text;
     for (auto w : o.workers)
       workers_text += (workers_text.empty() ? "" : ", ") + std::to_string(w);

@@ -222,7 +222,8 @@ struct link_status {
   uint32_t in_flight = 0;
   uint32_t queued = 0;
   uint32_t limit = 0;
-  uint64_t dials = 0;   // connections opened so far
+  uint32_t connections = 0; // libvirt connections open (or opening) now
+  uint64_t dials = 0;   // transports dialed so far
   uint64_t deaths = 0;  // times this link was marked dead
   uint64_t overruns = 0;        // calls that ran past their budget
   uint32_t abandoned_calls = 0; // given up on, their threads still running
@@ -235,7 +236,7 @@ struct link_status {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, link_status& x) {
   return f(caf::meta::type_name("link_status"), x.host, x.state, x.reason,
-           x.in_flight, x.queued, x.limit, x.dials, x.deaths, x.overruns,
+           x.in_flight, x.queued, x.limit, x.connections, x.dials, x.deaths, x.overruns,
            x.abandoned_calls, x.events, x.bulk_reads, x.lease_reads, x.leases);
 }
 

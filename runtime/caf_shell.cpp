@@ -134,7 +134,7 @@ json to_json(const actor_row& e) {
 json to_json(const link_status& l) {
   return {{"host", l.host}, {"state", to_string(l.state)}, {"reason", l.reason},
           {"in_flight", l.in_flight}, {"queued", l.queued}, {"limit", l.limit},
-          {"dials", l.dials}, {"deaths", l.deaths}, {"overruns", l.overruns},
+          {"connections", l.connections}, {"dials", l.dials}, {"deaths", l.deaths}, {"overruns", l.overruns},
           {"abandoned_calls", l.abandoned_calls}, {"events", l.events},
           {"bulk_reads", l.bulk_reads}, {"lease_reads", l.lease_reads},
           {"leases", to_string(l.leases)}};

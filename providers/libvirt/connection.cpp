@@ -85,6 +85,17 @@ bool concurrent_calls_safe() {
   return library_number() >= 10004000;
 }
 
+caf::expected<connection*> lazy_connection::get() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (!conn_) {
+    auto c = connection::open(uri_, ka_);
+    if (!c)
+      return c.error();
+    conn_ = std::move(*c);
+  }
+  return conn_.get();
+}
+
 bool connection::alive() const noexcept {
   return virConnectIsAlive(conn_) == 1;
 }

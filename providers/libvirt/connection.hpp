@@ -3,6 +3,7 @@
 // inside detached actors (actors/call), never on a scheduler thread.
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,30 @@ private:
 };
 
 using connection_ptr = std::shared_ptr<connection>;
+
+/// A connection opened by its first user, on that user's thread: a host
+/// link's connections after the first are opened by the first call that runs
+/// on each (docs/architecture.md, "One call at a time on a connection"), so
+/// a link that never runs calls at once never opens them. Thread-safe.
+class lazy_connection {
+public:
+  lazy_connection(std::string uri, keepalive ka) : uri_(std::move(uri)), ka_(ka) {}
+  /// One that is open already (the link's first, opened by its dial).
+  explicit lazy_connection(connection_ptr opened) : conn_(std::move(opened)) {}
+
+  lazy_connection(const lazy_connection&) = delete;
+  lazy_connection& operator=(const lazy_connection&) = delete;
+
+  /// The connection, opened now if it is not yet (blocks: only from a
+  /// detached actor). A failed open is tried again by the next user.
+  caf::expected<connection*> get();
+
+private:
+  std::mutex mtx_;
+  std::string uri_;
+  keepalive ka_;
+  connection_ptr conn_;
+};
 
 /// This process's libvirt library ("9.0.0").
 std::string library_version();

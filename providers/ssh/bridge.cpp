@@ -16,9 +16,12 @@ namespace egress::ssh {
 
 namespace {
 
-// Per direction. Large enough that an upload (libvirt stream, 256 KiB
-// chunks) never waits on the pump's buffer, small enough for many links.
-constexpr size_t buffer_capacity = size_t{1} << 20;
+// Per direction. Lane 0's is large enough that an upload (libvirt stream,
+// 256 KiB chunks, on a transport of its own with one lane) never waits on
+// the pump's buffer; the other lanes carry calls, whose RPC messages are
+// small. The memory is reserved, not touched: pages come as bytes pass.
+constexpr size_t first_lane_capacity = size_t{1} << 20;
+constexpr size_t other_lane_capacity = size_t{256} << 10;
 
 // How long the pump waits after the far end's EOF for its last words (an
 // exec channel's exit status), see far_end::settle.
@@ -28,22 +31,22 @@ constexpr auto settle_grace = std::chrono::milliseconds{500};
 // the head; the data moves to the front only when the tail room gets short.
 class byte_queue {
 public:
-  explicit byte_queue(size_t capacity) : data_(capacity) {}
+  explicit byte_queue(size_t capacity) : data_(new char[capacity]), capacity_(capacity) {}
 
   bool empty() const noexcept { return head_ == tail_; }
-  bool full() const noexcept { return size() == data_.size(); }
+  bool full() const noexcept { return size() == capacity_; }
   size_t size() const noexcept { return tail_ - head_; }
-  const char* data() const noexcept { return data_.data() + head_; }
+  const char* data() const noexcept { return data_.get() + head_; }
 
   /// Room at the tail, compacting first if the tail is cramped.
   char* tail(size_t& room) noexcept {
-    if (head_ > 0 && data_.size() - tail_ < data_.size() / 4) {
-      std::memmove(data_.data(), data_.data() + head_, size());
+    if (head_ > 0 && capacity_ - tail_ < capacity_ / 4) {
+      std::memmove(data_.get(), data_.get() + head_, size());
       tail_ -= head_;
       head_ = 0;
     }
-    room = data_.size() - tail_;
-    return data_.data() + tail_;
+    room = capacity_ - tail_;
+    return data_.get() + tail_;
   }
 
   void produced(size_t n) noexcept { tail_ += n; }
@@ -55,7 +58,8 @@ public:
   }
 
 private:
-  std::vector<char> data_;
+  std::unique_ptr<char[]> data_; // default-initialized: untouched until used
+  size_t capacity_;
   size_t head_ = 0;
   size_t tail_ = 0;
 };
@@ -73,7 +77,12 @@ std::string errno_text(const char* what) {
 // -- bridge_socket ------------------------------------------------------------
 
 caf::expected<bridge_socket_ptr> bridge_socket::open(const std::string& base_dir,
-                                                     kill_switch& ks, ec code) {
+                                                     kill_switch& ks, ec code,
+                                                     size_t lanes) {
+  if (lanes == 0 || lanes > kill_switch::max_lanes)
+    return make_error(ec::invalid_argument,
+                      "bridge: " + std::to_string(lanes) + " lanes (1 to "
+                        + std::to_string(kill_switch::max_lanes) + ")");
   auto base = base_dir.empty() ? std::string{"/tmp"} : base_dir;
   std::string name = base + "/egress-bridge-XXXXXX";
   // mkdtemp creates the directory with mode 0700: only our user (and root)
@@ -83,6 +92,7 @@ caf::expected<bridge_socket_ptr> bridge_socket::open(const std::string& base_dir
                                               + std::strerror(errno));
   bridge_socket_ptr result{new bridge_socket(ks)};
   result->dir_ = name;
+  result->lanes_ = lanes;
   auto path = name + "/libvirt.sock";
   sockaddr_un addr{};
   if (path.size() >= sizeof(addr.sun_path))
@@ -103,14 +113,14 @@ caf::expected<bridge_socket_ptr> bridge_socket::open(const std::string& base_dir
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return make_error(code, errno_text(("bridge bind " + path).c_str()));
   ::chmod(path.c_str(), 0600);
-  if (::listen(fd, 8) != 0)
+  if (::listen(fd, static_cast<int>(std::max<size_t>(8, lanes))) != 0)
     return make_error(code, errno_text("bridge listen"));
   return result;
 }
 
 bridge_socket::~bridge_socket() {
-  if (client_fd_ >= 0)
-    ::close(client_fd_);
+  for (auto fd : client_fds_)
+    ::close(fd);
   if (listen_fd_ >= 0)
     ::close(listen_fd_);
   if (!path_.empty())
@@ -119,21 +129,23 @@ bridge_socket::~bridge_socket() {
     ::rmdir(dir_.c_str());
 }
 
-bool bridge_socket::accept_client(std::string& error) {
-  if (client_fd_ >= 0)
-    return true;
+int bridge_socket::accept_client(std::string& error) {
+  if (!accepting())
+    return -1;
   auto fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) {
     if (!transient_errno(errno) && errno != ECONNABORTED)
       error = errno_text("bridge accept");
-    return false;
+    return -1;
   }
-  client_fd_ = fd;
+  auto lane = client_fds_.size();
+  client_fds_.push_back(fd);
   // If the switch fired meanwhile, the pump sees it at its next turn.
-  kill_.arm(kill_switch::client, fd);
-  // One connection per bridge: nobody else gets in.
-  ::unlink(path_.c_str());
-  return true;
+  kill_.arm(kill_switch::client, fd, lane);
+  // One connection per lane: once all are taken nobody else gets in.
+  if (!accepting())
+    ::unlink(path_.c_str());
+  return static_cast<int>(lane);
 }
 
 void bridge_socket::refuse_queued() noexcept {
@@ -151,23 +163,33 @@ namespace {
 
 // One pump run. Every step is non-blocking and reports whether it moved
 // anything; the loop polls only after a full turn without progress, so data
-// libssh2 has already buffered internally is never left waiting for a poll()
-// that the socket will not wake.
+// libssh2 has already buffered internally (for any lane's channel, or for a
+// channel still opening) is never left waiting for a poll() that the socket
+// will not wake.
 class pump_loop {
 public:
-  pump_loop(bridge_socket& bridge, far_end& far, kill_switch& ks)
+  pump_loop(bridge_socket& bridge, far_source& far, kill_switch& ks)
     : bridge_(bridge), far_(far), kill_(ks) {
   }
 
   /// Runs until the pump must end; returns why.
   std::string run() {
+    // Lane 0's far end was opened by the transport's connect().
+    if (!open_far_ends())
+      return reason_;
+    if (!lanes_.front().far)
+      return "the first connection's far end is not open";
     while (reason_.empty()) {
       if (kill_.fired())
         return "killed";
       progress_ = false;
-      // Each step returns false once reason_ is set.
-      if (!accept() || !client_to_up() || !up_to_far() || !far_to_down() || !timers()
-          || !flush_far() || !down_to_client() || finished())
+      // Each step returns false once reason_ is set. Far ends are opened
+      // after the reads, which may have taken a channel's confirmation off
+      // the socket into libssh2's queue.
+      if (!accept() || !each_lane(&pump_loop::client_to_up)
+          || !each_lane(&pump_loop::up_to_far) || !each_lane(&pump_loop::far_to_down)
+          || !open_far_ends() || !timers() || !flush_far()
+          || !each_lane(&pump_loop::down_to_client) || finished())
         break;
       if (!progress_)
         wait();
@@ -176,30 +198,78 @@ public:
   }
 
 private:
+  struct lane {
+    explicit lane(size_t capacity) : up(capacity), down(capacity) {}
+    int client = -1;        // -1 until libvirt's client connects
+    far_end* far = nullptr; // nullptr while opening
+    byte_queue up;          // client -> far
+    byte_queue down;        // far -> client
+    bool client_eof = false;
+    bool far_eof = false;
+    bool settling = false; // far EOF delivered, waiting for far->settle()
+    std::chrono::steady_clock::time_point settle_deadline;
+
+    bool wants_far_data() const { return far && !far_eof && !down.full(); }
+  };
+
   bool stop(std::string why) {
     reason_ = std::move(why);
     return false;
   }
 
-  bool accept() {
-    std::string error;
-    have_client_ = bridge_.accept_client(error);
-    if (!error.empty())
-      return stop(error);
+  template <class Step>
+  bool each_lane(Step step) {
+    for (auto& l : lanes_)
+      if (!(this->*step)(l))
+        return false;
     return true;
   }
 
-  bool client_to_up() {
-    if (!have_client_ || client_eof_ || up_.full())
+  // Lane 0 exists from the start (its far end open, its client to come);
+  // each further client gets a lane of its own.
+  bool accept() {
+    std::string error;
+    auto index = bridge_.accept_client(error);
+    if (!error.empty())
+      return stop(error);
+    if (index < 0)
+      return true;
+    if (static_cast<size_t>(index) >= lanes_.size())
+      lanes_.emplace_back(other_lane_capacity);
+    lanes_[static_cast<size_t>(index)].client = bridge_.client_fd(static_cast<size_t>(index));
+    progress_ = true;
+    return true;
+  }
+
+  bool open_far_ends() {
+    if (lanes_.empty())
+      lanes_.emplace_back(first_lane_capacity);
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      if (lanes_[i].far)
+        continue;
+      std::string error;
+      lanes_[i].far = far_.open_lane(i, error);
+      if (!error.empty())
+        return stop("connection " + std::to_string(i + 1) + " of " + std::to_string(bridge_.lanes())
+                    + ": " + error);
+      if (!lanes_[i].far)
+        return true; // in order: the next waits for this one
+      progress_ = true;
+    }
+    return true;
+  }
+
+  bool client_to_up(lane& l) {
+    if (l.client < 0 || l.client_eof || l.up.full())
       return true;
     size_t room = 0;
-    auto dst = up_.tail(room);
-    auto n = ::recv(bridge_.client_fd(), dst, room, 0);
+    auto dst = l.up.tail(room);
+    auto n = ::recv(l.client, dst, room, 0);
     if (n > 0) {
-      up_.produced(static_cast<size_t>(n));
+      l.up.produced(static_cast<size_t>(n));
       progress_ = true;
     } else if (n == 0) {
-      client_eof_ = true;
+      l.client_eof = true;
       progress_ = true;
     } else if (!transient_errno(errno)) {
       return stop(errno_text("local client recv"));
@@ -207,60 +277,70 @@ private:
     return true;
   }
 
-  bool up_to_far() {
-    while (!up_.empty()) {
-      auto n = far_.write(up_.data(), up_.size());
+  bool up_to_far(lane& l) {
+    while (l.far && !l.up.empty()) {
+      auto n = l.far->write(l.up.data(), l.up.size());
       if (n == far_end::would_block)
         break;
       if (n < 0)
-        return stop(far_.failure());
-      up_.consumed(static_cast<size_t>(n));
+        return stop(l.far->failure());
+      l.up.consumed(static_cast<size_t>(n));
       progress_ = true;
     }
     return true;
   }
 
-  bool far_to_down() {
-    while (!far_eof_ && !down_.full()) {
+  bool far_to_down(lane& l) {
+    while (l.wants_far_data()) {
       size_t room = 0;
-      auto dst = down_.tail(room);
-      auto n = far_.read(dst, room);
+      auto dst = l.down.tail(room);
+      auto n = l.far->read(dst, room);
       if (n == far_end::would_block)
         break;
       if (n == far_end::end_of_stream) {
-        far_eof_ = true;
+        l.far_eof = true;
         progress_ = true;
         break;
       }
       if (n < 0)
-        return stop(far_.failure());
-      down_.produced(static_cast<size_t>(n));
+        return stop(l.far->failure());
+      l.down.produced(static_cast<size_t>(n));
       progress_ = true;
     }
     return true;
   }
 
+  // The timers (SSH keepalive and watchdog) belong to the session, which
+  // every lane shares: lane 0's far end runs them for all. A lane whose
+  // client is slow to take what it has stops the watchdog's clock, as one
+  // lane did before there were several.
   bool timers() {
-    auto why = far_.tick(wants_far_data());
+    auto why = lanes_.front().far->tick(all_reading());
     return why.empty() ? true : stop(why);
   }
 
-  // Once per turn: what the far end gathered during this turn's writes (and
-  // keepalives) goes out now, in one send.
+  bool all_reading() const {
+    return std::all_of(lanes_.begin(), lanes_.end(), [](const lane& l) {
+      return !l.far || l.wants_far_data();
+    });
+  }
+
+  // Once per turn: what the session gathered during this turn's writes (and
+  // keepalives), for every lane, goes out now, in one send.
   bool flush_far() {
-    auto rc = far_.flush();
+    auto rc = lanes_.front().far->flush();
     if (rc < 0)
-      return stop(far_.failure());
+      return stop(lanes_.front().far->failure());
     flush_pending_ = rc > 0;
     return true;
   }
 
-  bool down_to_client() {
-    if (!have_client_ || down_.empty())
+  bool down_to_client(lane& l) {
+    if (l.client < 0 || l.down.empty())
       return true;
-    auto n = ::send(bridge_.client_fd(), down_.data(), down_.size(), MSG_NOSIGNAL);
+    auto n = ::send(l.client, l.down.data(), l.down.size(), MSG_NOSIGNAL);
     if (n > 0) {
-      down_.consumed(static_cast<size_t>(n));
+      l.down.consumed(static_cast<size_t>(n));
       progress_ = true;
     } else if (n < 0 && !transient_errno(errno)) {
       return stop(errno_text("local client send"));
@@ -268,73 +348,90 @@ private:
     return true;
   }
 
-  // Each side's EOF ends the pump once what it sent has been delivered.
+  // Each side's EOF, on any lane, ends the pump once what it sent has been
+  // delivered: the link's connections end together.
   bool finished() {
-    if (far_eof_ && down_.empty()) {
-      if (!settling_) {
-        settling_ = true;
-        settle_deadline_ = std::chrono::steady_clock::now() + settle_grace;
+    for (auto& l : lanes_) {
+      if (l.far_eof && l.down.empty()) {
+        if (!l.settling) {
+          l.settling = true;
+          l.settle_deadline = std::chrono::steady_clock::now() + settle_grace;
+        }
+        if (l.far->settle() || std::chrono::steady_clock::now() >= l.settle_deadline)
+          return !stop(l.far->end_reason());
       }
-      if (far_.settle() || std::chrono::steady_clock::now() >= settle_deadline_)
-        return !stop(far_.end_reason());
+      if (l.client_eof && l.up.empty() && !flush_pending_)
+        return !stop("local client EOF");
     }
-    if (client_eof_ && up_.empty() && !flush_pending_)
-      return !stop("local client EOF");
     return false;
   }
 
-  bool wants_far_data() const { return !far_eof_ && !down_.full(); }
+  short client_events(const lane& l) const {
+    return static_cast<short>((!l.client_eof && !l.up.full() ? POLLIN : 0)
+                              | (!l.down.empty() ? POLLOUT : 0));
+  }
+
+  // Milliseconds until the first settling lane's grace ends; -1 if none.
+  int settle_timeout() const {
+    int result = -1;
+    for (auto& l : lanes_) {
+      if (!l.settling)
+        continue;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    l.settle_deadline - std::chrono::steady_clock::now())
+                    .count();
+      auto ms = static_cast<int>(std::max<int64_t>(1, left + 1));
+      result = result < 0 ? ms : std::min(result, ms);
+    }
+    return result;
+  }
 
   void wait() {
-    pollfd p[2];
-    p[0].fd = far_.fd();
-    p[0].events = settling_ ? short{POLLIN}
-                            : far_.poll_events(wants_far_data(), !up_.empty() || flush_pending_);
-    if (!have_client_) {
-      p[1].fd = bridge_.listen_fd();
-      p[1].events = POLLIN;
-    } else {
-      p[1].fd = bridge_.client_fd();
-      p[1].events = static_cast<short>((!client_eof_ && !up_.full() ? POLLIN : 0)
-                                       | (!down_.empty() ? POLLOUT : 0));
+    polls_.clear();
+    bool opening = false;
+    for (auto& l : lanes_) {
+      if (l.far)
+        polls_.push_back({l.far->fd(),
+                          l.settling ? short{POLLIN}
+                                     : l.far->poll_events(l.wants_far_data(),
+                                                          !l.up.empty() || flush_pending_),
+                          0});
+      else
+        opening = true;
+      if (l.client >= 0)
+        polls_.push_back({l.client, client_events(l), 0});
     }
+    // A far end still opening waits on the session's answer.
+    if (opening)
+      polls_.push_back({lanes_.front().far->fd(),
+                        lanes_.front().far->poll_events(true, flush_pending_), 0});
+    if (bridge_.accepting())
+      polls_.push_back({bridge_.listen_fd(), POLLIN, 0});
     // An fd with no events is left out (-1): a peer that hung up reports
     // POLLHUP whatever we ask for, and would make the poll spin.
-    for (auto& entry : p) {
-      entry.revents = 0;
+    for (auto& entry : polls_)
       if (entry.events == 0)
         entry.fd = -1;
-    }
-    auto timeout = far_.next_tick_ms();
-    if (settling_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    settle_deadline_ - std::chrono::steady_clock::now())
-                    .count();
-      auto settle_ms = static_cast<int>(std::max<int64_t>(1, left + 1));
-      timeout = timeout < 0 ? settle_ms : std::min(timeout, settle_ms);
-    }
-    if (::poll(p, 2, timeout) < 0 && errno != EINTR)
+    auto timeout = lanes_.front().far->next_tick_ms();
+    if (auto settle = settle_timeout(); settle >= 0)
+      timeout = timeout < 0 ? settle : std::min(timeout, settle);
+    if (::poll(polls_.data(), polls_.size(), timeout) < 0 && errno != EINTR)
       stop(errno_text("poll"));
   }
 
   bridge_socket& bridge_;
-  far_end& far_;
+  far_source& far_;
   kill_switch& kill_;
-  byte_queue up_{buffer_capacity};   // client -> far
-  byte_queue down_{buffer_capacity}; // far -> client
-  bool have_client_ = false;
-  bool client_eof_ = false;
-  bool far_eof_ = false;
-  bool settling_ = false; // far EOF delivered, waiting for far.settle()
-  std::chrono::steady_clock::time_point settle_deadline_;
+  std::vector<lane> lanes_;
+  std::vector<pollfd> polls_;
   bool progress_ = false;
-  bool flush_pending_ = false; // far_.flush() left bytes behind
+  bool flush_pending_ = false; // the session's flush left bytes behind
   std::string reason_;
 };
 
 } // namespace
 
-caf::error run_pump(bridge_socket& bridge, far_end& far, kill_switch& ks, ec code,
+caf::error run_pump(bridge_socket& bridge, far_source& far, kill_switch& ks, ec code,
                     const std::string& who) {
   auto reason = pump_loop{bridge, far, ks}.run();
   if (ks.fired())

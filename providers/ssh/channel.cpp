@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <utility>
 
 #include "messages/error.hpp"
 
@@ -31,10 +32,7 @@ std::string one_line(const std::string& text) {
   return out;
 }
 
-} // namespace
-
-caf::expected<channel_ptr> channel::open_streamlocal(session& s,
-                                                     const std::string& socket_path) {
+std::string streamlocal_payload(const std::string& socket_path) {
   // RFC 4254 CHANNEL_OPEN type-specific data for OpenSSH's
   // direct-streamlocal@openssh.com (PROTOCOL, section 2.4):
   //   string socket path, string reserved (""), uint32 reserved (0).
@@ -43,35 +41,97 @@ caf::expected<channel_ptr> channel::open_streamlocal(session& s,
   payload += socket_path;
   put_u32(payload, 0);
   put_u32(payload, 0);
-  static const char type[] = "direct-streamlocal@openssh.com";
-  // Default window (2 MiB): a larger one made reads bimodal and up to 5x
-  // slower with libssh2 1.10 (docs/notes/transport.md#throughput).
-  auto ch = libssh2_channel_open_ex(s.get(), type, sizeof(type) - 1,
-                                    LIBSSH2_CHANNEL_WINDOW_DEFAULT,
-                                    LIBSSH2_CHANNEL_PACKET_DEFAULT, payload.data(),
-                                    static_cast<unsigned>(payload.size()));
-  if (!ch) {
-    auto text = s.last_error();
-    auto msg = s.who() + ": cannot open a channel to the remote socket " + socket_path
-               + ": " + text;
-    if (text.find("prohibited") != std::string::npos)
-      msg += " (sshd needs AllowStreamLocalForwarding yes, or set remote_command "
-             "to use an exec channel)";
-    return make_error(ec::ssh_failed, std::move(msg));
-  }
-  return channel_ptr{new channel(s.get(), ch, "socket " + socket_path)};
+  return payload;
+}
+
+constexpr char streamlocal_type[] = "direct-streamlocal@openssh.com";
+
+bool would_block(session& s) {
+  return libssh2_session_last_errno(s.get()) == LIBSSH2_ERROR_EAGAIN;
+}
+
+caf::error streamlocal_refused(session& s, const std::string& socket_path) {
+  auto text = s.last_error();
+  auto msg = s.who() + ": cannot open a channel to the remote socket " + socket_path
+             + ": " + text;
+  if (text.find("prohibited") != std::string::npos)
+    msg += " (sshd needs AllowStreamLocalForwarding yes, or set remote_command "
+           "to use an exec channel)";
+  return make_error(ec::ssh_failed, std::move(msg));
+}
+
+caf::error exec_refused(session& s, const std::string& command) {
+  return make_error(ec::ssh_failed,
+                    s.who() + ": exec '" + command + "' refused: " + s.last_error());
+}
+
+caf::error session_refused(session& s) {
+  // Exec channels are sessions: sshd allows MaxSessions (10 by default) per
+  // connection, one per lane here.
+  return make_error(ec::ssh_failed, s.who() + ": cannot open a session channel: "
+                                      + s.last_error());
+}
+
+} // namespace
+
+namespace {
+
+// The blocking opens are the opener's steps on a blocking session, where
+// libssh2 never says it would block.
+caf::expected<channel_ptr> open_blocking(session& s, std::string socket_path,
+                                         std::string command) {
+  auto r = channel::opener{s, std::move(socket_path), std::move(command)}.step();
+  if (r && !*r)
+    return make_error(ec::ssh_failed, s.who() + ": channel open would block on a "
+                                                "blocking session");
+  return r;
+}
+
+} // namespace
+
+caf::expected<channel_ptr> channel::open_streamlocal(session& s,
+                                                     const std::string& socket_path) {
+  return open_blocking(s, socket_path, {});
 }
 
 caf::expected<channel_ptr> channel::open_exec(session& s, const std::string& command) {
-  auto ch = libssh2_channel_open_session(s.get());
-  if (!ch)
-    return make_error(ec::ssh_failed, s.who() + ": cannot open a session channel: "
-                                        + s.last_error());
-  channel_ptr result{new channel(s.get(), ch, "command '" + command + "'")};
-  if (auto rc = libssh2_channel_exec(ch, command.c_str()); rc != 0)
-    return make_error(ec::ssh_failed, s.who() + ": exec '" + command
-                                        + "' refused: " + s.last_error());
-  return result;
+  return open_blocking(s, {}, command);
+}
+
+channel::opener::~opener() {
+  if (exec_pending_)
+    libssh2_channel_free(exec_pending_);
+}
+
+caf::expected<channel_ptr> channel::opener::step() {
+  auto& s = session_;
+  if (command_.empty()) {
+    // Default window (2 MiB): a larger one made reads bimodal and up to 5x
+    // slower with libssh2 1.10 (docs/notes/transport.md#throughput).
+    auto payload = streamlocal_payload(socket_path_);
+    auto ch = libssh2_channel_open_ex(s.get(), streamlocal_type,
+                                      sizeof(streamlocal_type) - 1,
+                                      LIBSSH2_CHANNEL_WINDOW_DEFAULT,
+                                      LIBSSH2_CHANNEL_PACKET_DEFAULT, payload.data(),
+                                      static_cast<unsigned>(payload.size()));
+    if (ch)
+      return channel_ptr{new channel(s.get(), ch, "socket " + socket_path_)};
+    if (would_block(s))
+      return channel_ptr{};
+    return streamlocal_refused(s, socket_path_);
+  }
+  if (!exec_pending_) {
+    exec_pending_ = libssh2_channel_open_session(s.get());
+    if (!exec_pending_)
+      return would_block(s) ? caf::expected<channel_ptr>{channel_ptr{}} : session_refused(s);
+  }
+  auto rc = libssh2_channel_exec(exec_pending_, command_.c_str());
+  if (rc == LIBSSH2_ERROR_EAGAIN)
+    return channel_ptr{};
+  if (rc != 0)
+    return exec_refused(s, command_);
+  auto ch = std::exchange(exec_pending_, nullptr);
+  return channel_ptr{new channel(s.get(), ch, "command '" + command_ + "'")};
 }
 
 channel::~channel() {

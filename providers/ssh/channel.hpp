@@ -36,6 +36,11 @@ public:
   /// Opens a session channel and execs `command` in it.
   static caf::expected<channel_ptr> open_exec(session& s, const std::string& command);
 
+  /// Either of the above, chosen as ssh_transport_options choose (a command
+  /// if one is given), on a session in blocking or non-blocking mode: see
+  /// opener.
+  class opener;
+
   /// Frees the channel. The owner shuts the TCP socket down before, so the
   /// close libssh2 sends here fails at once instead of waiting for sshd.
   ~channel();
@@ -65,6 +70,7 @@ public:
   std::string end_detail() const;
 
 private:
+  friend class opener;
   channel(LIBSSH2_SESSION* s, LIBSSH2_CHANNEL* ch, std::string what)
     : session_(s), ch_(ch), what_(std::move(what)) {}
 
@@ -72,6 +78,32 @@ private:
   LIBSSH2_CHANNEL* ch_;
   std::string what_;
   std::string stderr_;
+};
+
+/// Opens one channel step by step on a non-blocking session, for the
+/// bridge's later lanes (bridge.hpp): the pump calls step() on each turn
+/// until it gives the channel or an error, and polls the session's socket in
+/// between. libssh2 takes one channel open at a time on a session, with the
+/// same arguments on every retry, so one opener works at a time.
+class channel::opener {
+public:
+  /// `command` empty: direct-streamlocal to `socket_path`; else exec it.
+  opener(session& s, std::string socket_path, std::string command)
+    : session_(s), socket_path_(std::move(socket_path)), command_(std::move(command)) {}
+  ~opener();
+
+  opener(const opener&) = delete;
+  opener& operator=(const opener&) = delete;
+
+  /// The channel once open; an empty pointer while libssh2 would block (on
+  /// a blocking session never); ssh_failed naming what was refused.
+  caf::expected<channel_ptr> step();
+
+private:
+  session& session_;
+  std::string socket_path_;
+  std::string command_;
+  LIBSSH2_CHANNEL* exec_pending_ = nullptr; // session channel open, exec not yet accepted
 };
 
 } // namespace egress::ssh

@@ -5,8 +5,11 @@
 #include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "base/time_text.hpp"
+#include "messages/error.hpp"
 
 namespace egress::ssh {
 
@@ -28,6 +31,8 @@ std::string libssh2_failure(const std::string& what, ssize_t rc, const std::stri
 } // namespace
 
 far_end::~far_end() = default;
+
+far_source::~far_source() = default;
 
 // -- socket_end ---------------------------------------------------------------
 
@@ -171,6 +176,87 @@ bool channel_end::settle() {
 
 std::string channel_end::end_reason() const {
   return "remote channel EOF from " + channel_.what() + channel_.end_detail();
+}
+
+// -- channel_source -----------------------------------------------------------
+
+channel_source::channel_source(session& s, channel& first, std::string socket_path,
+                               std::string command, std::chrono::seconds keepalive,
+                               std::chrono::milliseconds watchdog, std::string host)
+  : session_(s), socket_path_(std::move(socket_path)), command_(std::move(command)) {
+  ends_.push_back(std::make_unique<channel_end>(s, first, keepalive, watchdog,
+                                                std::move(host)));
+}
+
+channel_source::~channel_source() = default;
+
+far_end* channel_source::open_lane(size_t lane, std::string& error) {
+  if (lane < ends_.size())
+    return ends_[lane].get();
+  if (!opening_)
+    opening_ = std::make_unique<channel::opener>(session_, socket_path_, command_);
+  auto ch = opening_->step();
+  if (!ch) {
+    error = detail(ch.error());
+    return nullptr;
+  }
+  if (!*ch)
+    return nullptr; // libssh2 would block: the next turn goes on
+  opening_.reset();
+  channels_.push_back(std::move(*ch));
+  // Timers are lane 0's alone: no keepalive, no watchdog here.
+  ends_.push_back(std::make_unique<channel_end>(session_, *channels_.back(),
+                                                std::chrono::seconds{0},
+                                                std::chrono::milliseconds{0}, std::string{}));
+  return ends_.back().get();
+}
+
+// -- socket_source ------------------------------------------------------------
+
+int connect_daemon_socket(const std::string& path, kill_switch& ks, size_t lane,
+                          std::string& error) {
+  auto fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = std::string{"socket: "} + std::strerror(errno);
+    return -1;
+  }
+  if (!ks.arm(kill_switch::far, fd, lane)) {
+    ::close(fd);
+    error = "killed before connect";
+    return -1;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(),
+              std::min(path.size() + 1, sizeof(addr.sun_path) - 1));
+  // A unix connect completes or fails at once (EAGAIN: the daemon's backlog
+  // is full), so there is nothing to wait for.
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    error = std::string{"connect: "} + std::strerror(errno);
+  return fd;
+}
+
+socket_source::socket_source(int first_fd, std::string path, kill_switch& ks)
+  : path_(std::move(path)), kill_(ks) {
+  ends_.push_back(std::make_unique<socket_end>(first_fd, path_));
+}
+
+socket_source::~socket_source() {
+  ends_.clear();
+  for (auto fd : fds_)
+    ::close(fd);
+}
+
+far_end* socket_source::open_lane(size_t lane, std::string& error) {
+  if (lane < ends_.size())
+    return ends_[lane].get();
+  auto fd = connect_daemon_socket(path_, kill_, lane, error);
+  if (fd >= 0)
+    fds_.push_back(fd);
+  if (!error.empty())
+    return nullptr;
+  ends_.push_back(std::make_unique<socket_end>(fd, path_));
+  return ends_.back().get();
 }
 
 } // namespace egress::ssh

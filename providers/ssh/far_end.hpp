@@ -6,10 +6,13 @@
 // All calls are non-blocking; the pump waits in poll() on fd().
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <sys/types.h>
+#include <vector>
 
 #include "providers/ssh/channel.hpp"
+#include "providers/ssh/kill_switch.hpp"
 #include "providers/ssh/session.hpp"
 
 namespace egress::ssh {
@@ -54,6 +57,21 @@ public:
   /// Why the far end stopped: after end_of_stream, or after failed.
   virtual std::string end_reason() const = 0;
   virtual std::string failure() const = 0;
+};
+
+/// Where a bridge's lanes lead (bridge.hpp): lane 0's far end is open before
+/// the pump starts (the transport's connect() opened it and proved the path);
+/// a later lane's is opened when libvirt's client connects once more, by the
+/// pump's thread, without blocking. It owns the far ends it gives out.
+class far_source {
+public:
+  virtual ~far_source();
+
+  /// The far end of `lane`: open (a pointer valid as long as this source),
+  /// still opening (nullptr, `error` left empty: ask again after the next
+  /// poll), or refused (nullptr, `error` says why). Lanes are asked for in
+  /// order: lane n only once lane n - 1 is open.
+  virtual far_end* open_lane(size_t lane, std::string& error) = 0;
 };
 
 /// A connected unix socket to a local daemon. Does not own the fd.
@@ -105,5 +123,57 @@ private:
   std::string failure_;
   int next_keepalive_ms_ = -1;
 };
+
+/// The lanes of an SSH transport: channels of its one session. Lane 0's
+/// channel was opened by connect() and is owned there; the others are opened
+/// here, one at a time, and owned here (the transport owns this, so they are
+/// freed after its kill). Lane 0's far end alone runs the session's
+/// keepalive and watchdog (bridge.cpp, timers()).
+class channel_source final : public far_source {
+public:
+  /// `command` empty: the later lanes are direct-streamlocal channels to
+  /// `socket_path`; else exec channels running `command` (sessions, which
+  /// sshd allows MaxSessions of per connection, 10 by default).
+  channel_source(session& s, channel& first, std::string socket_path, std::string command,
+                 std::chrono::seconds keepalive, std::chrono::milliseconds watchdog,
+                 std::string host);
+  ~channel_source() override;
+
+  far_end* open_lane(size_t lane, std::string& error) override;
+
+private:
+  session& session_;
+  std::string socket_path_;
+  std::string command_;
+  std::vector<channel_ptr> channels_;             // lanes 1..: declared before
+  std::vector<std::unique_ptr<channel_end>> ends_; // their ends, which use them
+  std::unique_ptr<channel::opener> opening_;
+};
+
+/// The lanes of a local-socket transport: a socket of its own to the daemon
+/// each. Lane 0's was connected by connect() and is owned there; the others
+/// are connected here (a unix connect never blocks), published in the kill
+/// switch and closed by the destructor, which must run after the switch's
+/// last fire: the transport owns it.
+class socket_source final : public far_source {
+public:
+  socket_source(int first_fd, std::string path, kill_switch& ks);
+  ~socket_source() override;
+
+  far_end* open_lane(size_t lane, std::string& error) override;
+
+private:
+  std::string path_;
+  kill_switch& kill_;
+  std::vector<int> fds_; // lanes 1..
+  std::vector<std::unique_ptr<socket_end>> ends_;
+};
+
+/// Connects a non-blocking unix socket to `path` and publishes it in `ks` as
+/// lane `lane`'s far end. Returns the fd, which the caller closes only after
+/// the switch's last fire (it holds the number), also when the connect
+/// failed (`error` set); -1 if no socket was made.
+int connect_daemon_socket(const std::string& path, kill_switch& ks, size_t lane,
+                          std::string& error);
 
 } // namespace egress::ssh

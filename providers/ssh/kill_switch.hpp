@@ -11,14 +11,21 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 
 namespace egress::ssh {
 
 class kill_switch {
 public:
   /// The descriptors a transport owns. `far` is the TCP socket to sshd (or,
-  /// for a local transport, the socket to the local daemon).
+  /// for a local transport, a socket to the local daemon), `client` a
+  /// connection of libvirt's client on the bridge; both come once per lane
+  /// (bridge.hpp), the listener once.
   enum slot { far = 0, listener = 1, client = 2 };
+
+  /// Lanes a transport may have: the most calls a host's config allows at
+  /// once (max-calls, messages/config_check.hpp), one connection each.
+  static constexpr size_t max_lanes = 64;
 
   kill_switch() noexcept;
 
@@ -28,7 +35,7 @@ public:
   /// Publishes `fd` so that a kill reaches it. Returns false if the switch
   /// has already fired: the caller must then stop (and report "killed").
   /// Call it right after the fd exists and before any blocking use of it.
-  bool arm(slot s, int fd) noexcept;
+  bool arm(slot s, int fd, size_t lane = 0) noexcept;
 
   /// Marks the transport killed and shuts down every published fd. Safe from
   /// any thread, any number of times; never blocks.
@@ -42,7 +49,7 @@ private:
   // opposite orders): either arm() sees the flag, or fire() sees the fd.
   // There is no window in which an fd is published but never shut down.
   std::atomic<bool> fired_{false};
-  std::array<std::atomic<int>, 3> fds_;
+  std::array<std::array<std::atomic<int>, max_lanes>, 3> fds_;
 };
 
 } // namespace egress::ssh

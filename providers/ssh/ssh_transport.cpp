@@ -31,6 +31,13 @@ caf::error invalid(std::string what) {
   return make_error(ec::invalid_argument, std::move(what));
 }
 
+caf::error check_lanes(size_t lanes) {
+  if (lanes == 0 || lanes > ssh::kill_switch::max_lanes)
+    return invalid("lanes " + std::to_string(lanes) + ": 1 to "
+                   + std::to_string(ssh::kill_switch::max_lanes));
+  return {};
+}
+
 } // namespace
 
 // -- ssh_transport ------------------------------------------------------------
@@ -49,6 +56,8 @@ caf::error validate(const ssh_transport_options& opts) {
                    "itself");
   if (auto uri = ssh::bridged_uri(opts.libvirt_uri, "/x"); !uri)
     return uri.error();
+  if (auto err = check_lanes(opts.lanes))
+    return err;
   return ssh::validate(session_options_of(opts));
 }
 
@@ -60,6 +69,7 @@ ssh_transport::~ssh_transport() {
   // Shut every fd down before freeing: libssh2's channel and session frees
   // would otherwise talk to sshd and wait for answers.
   kill_.fire();
+  lanes_.reset(); // the later lanes' channels, before the session
 }
 
 std::string ssh_transport::bridge_path() const {
@@ -85,7 +95,8 @@ caf::error ssh_transport::connect_steps() {
   if (auto err = validate(opts_))
     return err;
   // Local things first: a bad bridge_dir should not cost a login.
-  auto bridge = ssh::bridge_socket::open(opts_.bridge_dir, kill_, ec::ssh_failed);
+  auto bridge = ssh::bridge_socket::open(opts_.bridge_dir, kill_, ec::ssh_failed,
+                                         opts_.lanes);
   if (!bridge)
     return bridge.error();
   bridge_ = std::move(*bridge);
@@ -119,10 +130,11 @@ caf::error ssh_transport::pump() {
     libssh2_keepalive_config(session_.get(), 1,
                              static_cast<unsigned>(opts_.ssh_keepalive_interval.count()));
   session_.touch_received();
-  ssh::channel_end far{session_, *channel_, opts_.ssh_keepalive_interval,
-                       opts_.ssh_watchdog,
-                       opts_.host.empty() ? opts_.address : opts_.host};
-  return ssh::run_pump(*bridge_, far, kill_, ec::ssh_failed, session_.who());
+  lanes_ = std::make_unique<ssh::channel_source>(
+    session_, *channel_, opts_.remote_socket, opts_.remote_command,
+    opts_.ssh_keepalive_interval, opts_.ssh_watchdog,
+    opts_.host.empty() ? opts_.address : opts_.host);
+  return ssh::run_pump(*bridge_, *lanes_, kill_, ec::ssh_failed, session_.who());
 }
 
 transport_factory over_ssh(ssh_transport_options opts) {
@@ -142,7 +154,7 @@ caf::error validate(const local_socket_options& opts) {
     return invalid("local socket: socket_path " + opts.socket_path + " is too long");
   if (auto uri = ssh::bridged_uri(opts.libvirt_uri, "/x"); !uri)
     return uri.error();
-  return {};
+  return check_lanes(opts.lanes);
 }
 
 local_socket_transport::local_socket_transport(local_socket_options opts)
@@ -151,6 +163,7 @@ local_socket_transport::local_socket_transport(local_socket_options opts)
 
 local_socket_transport::~local_socket_transport() {
   kill_.fire();
+  lanes_.reset();
   bridge_.reset();
   if (daemon_fd_ >= 0)
     ::close(daemon_fd_);
@@ -182,25 +195,18 @@ caf::error local_socket_transport::connect_steps() {
     return broken("killed before connect");
   if (auto err = validate(opts_))
     return err;
-  auto bridge = ssh::bridge_socket::open(opts_.bridge_dir, kill_, ec::connection_broken);
+  auto bridge = ssh::bridge_socket::open(opts_.bridge_dir, kill_, ec::connection_broken,
+                                         opts_.lanes);
   if (!bridge)
     return bridge.error();
   bridge_ = std::move(*bridge);
   auto uri = ssh::bridged_uri(opts_.libvirt_uri, bridge_->path());
   if (!uri)
     return uri.error();
-  daemon_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (daemon_fd_ < 0)
-    return broken(std::string{"socket: "} + std::strerror(errno));
-  if (!kill_.arm(ssh::kill_switch::far, daemon_fd_))
-    return broken("killed before connect");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, opts_.socket_path.c_str(), opts_.socket_path.size() + 1);
-  // A unix connect completes or fails at once (EAGAIN: the daemon's backlog
-  // is full), so there is nothing to wait for.
-  if (::connect(daemon_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    return broken(std::string{"connect: "} + std::strerror(errno));
+  std::string error;
+  daemon_fd_ = ssh::connect_daemon_socket(opts_.socket_path, kill_, 0, error);
+  if (!error.empty())
+    return broken(error);
   uri_ = std::move(*uri);
   connected_ = true;
   return {};
@@ -212,8 +218,8 @@ caf::error local_socket_transport::pump() {
                       who() + ": pump() without a successful connect()");
   if (pump_started_.exchange(true))
     return invalid("local socket: pump() called twice on one transport");
-  ssh::socket_end far{daemon_fd_, opts_.socket_path};
-  return ssh::run_pump(*bridge_, far, kill_, ec::connection_broken, who());
+  lanes_ = std::make_unique<ssh::socket_source>(daemon_fd_, opts_.socket_path, kill_);
+  return ssh::run_pump(*bridge_, *lanes_, kill_, ec::connection_broken, who());
 }
 
 transport_factory over_local_socket(local_socket_options opts) {

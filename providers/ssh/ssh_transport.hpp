@@ -13,11 +13,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "providers/ssh/bridge.hpp"
 #include "providers/ssh/channel.hpp"
+#include "providers/ssh/far_end.hpp"
 #include "providers/ssh/kill_switch.hpp"
 #include "providers/ssh/session.hpp"
 #include "providers/transport.hpp"
@@ -44,6 +47,10 @@ struct ssh_transport_options {
   /// What libvirt opens, without host or transport; uri() turns it into
   /// "qemu+unix:///system?socket=<bridge path>".
   std::string libvirt_uri = "qemu:///system";
+  /// libvirt connections the bridge takes, each its own channel of the one
+  /// session (1..ssh::kill_switch::max_lanes); the first is opened by
+  /// connect(), the others when libvirt's client connects again.
+  size_t lanes = 1;
   /// Where the private bridge directory is created.
   std::string bridge_dir = "/tmp";
   std::chrono::milliseconds connect_timeout{10'000};
@@ -96,6 +103,7 @@ private:
   ssh::session session_;
   ssh::channel_ptr channel_;
   ssh::bridge_socket_ptr bridge_;
+  std::unique_ptr<ssh::far_source> lanes_; // made by pump(), freed after the kill
   std::string uri_;
   std::atomic<bool> connect_started_{false};
   std::atomic<bool> connected_{false};
@@ -109,6 +117,8 @@ struct local_socket_options {
   std::string socket_path = "/var/run/libvirt/libvirt-sock";
   std::string libvirt_uri = "qemu:///system";
   std::string bridge_dir = "/tmp";
+  /// libvirt connections the bridge takes, each its own socket to the daemon.
+  size_t lanes = 1;
 };
 
 caf::error validate(const local_socket_options& opts);
@@ -139,6 +149,7 @@ private:
   ssh::kill_switch kill_;
   int daemon_fd_ = -1;
   ssh::bridge_socket_ptr bridge_;
+  std::unique_ptr<ssh::far_source> lanes_; // made by pump(), freed after the kill
   std::string uri_;
   std::atomic<bool> connect_started_{false};
   std::atomic<bool> connected_{false};

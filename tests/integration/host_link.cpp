@@ -5,9 +5,11 @@
 #define BOOST_TEST_MODULE host_link
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <caf/event_based_actor.hpp>
@@ -155,6 +157,95 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_releases_a_blocked_libvirt_call_at_once) {
   {
     std::lock_guard<std::mutex> g{mtx};
     BOOST_CHECK(err == ec::link_down);
+  }
+  d.lv.resume();
+  BOOST_REQUIRE(!eng->stop());
+}
+
+namespace {
+
+// Sends `job` to `link` from an actor of its own; `done` once answered.
+struct sent_call {
+  std::atomic<bool> done{false};
+  caf::error err;
+};
+
+std::shared_ptr<sent_call> send_call(caf::actor_system& sys, const host_link_actor& link,
+                                     call_job job) {
+  auto out = std::make_shared<sent_call>();
+  sys.spawn([out, link, job = std::move(job)](caf::event_based_actor* a) {
+    a->request(link, 60s, atom::call_v, job)
+      .then([out](call_result&) { out->done = true; },
+            [out](caf::error& e) {
+              out->err = e;
+              out->done = true;
+            });
+  });
+  return out;
+}
+
+} // namespace
+
+// Through the SSH link to a real libvirtd: calls that run at once each have
+// a libvirt connection of their own where libvirt 9.0's client must not
+// carry two at once (CVE-2024-4418; one shared connection where it may),
+// all over the link's one SSH session; and a kill releases every one of them
+// blocked inside libvirt at once.
+BOOST_AUTO_TEST_CASE(spec_26_calls_at_once_over_ssh_each_have_a_connection_of_their_own) {
+  auto h = d.host();
+  h.max_calls = 3;
+  h.keepalive_interval = 0s;
+  h.call_budget = 30s;
+  auto eng = engine::start(*sys, one_host(h));
+  BOOST_REQUIRE(eng);
+  caf::scoped_actor self{*sys};
+  auto link = link_of(self, *eng, "hv1");
+  BOOST_REQUIRE(test::wait_up(self, link));
+  auto expected = lv::concurrent_calls_safe() ? 1u : 3u;
+  std::mutex mtx;
+  std::set<virConnectPtr> seen;
+  std::atomic<int> inside{0};
+  call_job together;
+  together.what = "list-together";
+  together.fn = [&](lv::connection& c) -> caf::expected<std::any> {
+    {
+      std::lock_guard<std::mutex> g{mtx};
+      seen.insert(c.get());
+    }
+    auto r = lv::list_marked(c, "nobody");
+    inside.fetch_add(1);
+    for (int i = 0; i < 500 && inside.load() < 3; ++i)
+      std::this_thread::sleep_for(10ms);
+    if (!r)
+      return r.error();
+    return std::any{};
+  };
+  std::vector<std::shared_ptr<sent_call>> calls;
+  for (int i = 0; i < 3; ++i)
+    calls.push_back(send_call(*sys, link, together));
+  BOOST_REQUIRE(eventually([&] {
+    return std::all_of(calls.begin(), calls.end(), [](auto& c) { return c->done.load(); });
+  }, 20s));
+  for (auto& c : calls)
+    BOOST_CHECK_MESSAGE(!c->err, render(c->err));
+  BOOST_CHECK_EQUAL(seen.size(), expected);
+  BOOST_CHECK_EQUAL(status_of(self, link).connections, expected);
+  // Blocked inside libvirt on every connection, then killed.
+  d.lv.pause();
+  std::vector<std::shared_ptr<std::atomic<int64_t>>> returned;
+  for (int i = 0; i < 3; ++i) {
+    returned.push_back(std::make_shared<std::atomic<int64_t>>(0));
+    send_call(*sys, link, list_job(returned.back()));
+  }
+  BOOST_REQUIRE(eventually([&] { return status_of(self, link).in_flight == 3; }));
+  std::this_thread::sleep_for(300ms);
+  auto kill_at = clock_type::now().time_since_epoch().count();
+  self->request(link, 5s, atom::kill_v, std::string{"test"})
+    .receive([](link_status&) {}, [](caf::error&) {});
+  for (auto& r : returned) {
+    BOOST_REQUIRE(eventually([&] { return r->load() != 0; }, 5s));
+    auto latency = std::chrono::nanoseconds(r->load() - kill_at);
+    BOOST_CHECK(latency < 100ms);
   }
   d.lv.resume();
   BOOST_REQUIRE(!eng->stop());

@@ -627,6 +627,103 @@ BOOST_AUTO_TEST_CASE(exec_fallback_round_trip_with_cat) {
                       render(pump.result()));
 }
 
+// Lanes (docs/spec.md 26): a bridge of three lanes takes three clients at
+// once, each on a channel of its own over the one SSH session (each its own
+// connection to the far socket: the echoes never mix), opened by the pump
+// as the clients come; a fourth finds the socket gone. Any client's end
+// ends the pump, and the others see EOF: a link's connections die together.
+template <class Transport>
+void three_lanes(std::shared_ptr<Transport> t) {
+  pump_thread pump{t};
+  std::vector<std::unique_ptr<client_socket>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<client_socket>(t->bridge_path()));
+    BOOST_REQUIRE_GE(clients.back()->fd, 0);
+  }
+  std::vector<std::string> data;
+  for (int i = 0; i < 3; ++i) {
+    data.push_back(random_bytes(size_t{300} << 10));
+    for (auto& c : data.back()) // a different stream on each lane
+      c = static_cast<char>(c ^ (i + 1));
+  }
+  std::vector<std::thread> writers;
+  for (int i = 0; i < 3; ++i)
+    writers.emplace_back([&, i] { write_all(clients[i]->fd, data[i].data(), data[i].size()); });
+  for (int i = 0; i < 3; ++i)
+    BOOST_CHECK_MESSAGE(read_n(clients[i]->fd, data[i].size()) == data[i],
+                        "lane " << i << " echoed someone else's bytes, or too few");
+  for (auto& w : writers)
+    w.join();
+  // All three accepted (they echoed): the socket is gone, no fourth gets in.
+  BOOST_CHECK_NE(::access(t->bridge_path().c_str(), F_OK), 0);
+  BOOST_CHECK_LT(connect_unix(t->bridge_path()), 0);
+  clients[1].reset(); // one connection closed
+  BOOST_REQUIRE(pump.wait(5s));
+  BOOST_CHECK_MESSAGE(contains(render(pump.result()), "local client EOF"),
+                      render(pump.result()));
+  char byte;
+  BOOST_CHECK_EQUAL(::recv(clients[0]->fd, &byte, 1, 0), 0);
+  BOOST_CHECK_EQUAL(::recv(clients[2]->fd, &byte, 1, 0), 0);
+}
+
+BOOST_AUTO_TEST_CASE(spec_26_three_lanes_over_streamlocal_channels) {
+  auto o = env().options();
+  o.lanes = 3;
+  three_lanes(connected(o));
+}
+
+BOOST_AUTO_TEST_CASE(spec_26_three_lanes_over_exec_channels) {
+  auto o = env().options();
+  o.remote_command = "cat";
+  o.lanes = 3;
+  three_lanes(connected(o));
+}
+
+BOOST_AUTO_TEST_CASE(spec_26_three_lanes_over_local_sockets) {
+  local_socket_options o;
+  o.socket_path = env().echo->path();
+  o.bridge_dir = env().dir;
+  o.lanes = 3;
+  auto t = std::make_shared<local_socket_transport>(o);
+  auto err = t->connect();
+  BOOST_REQUIRE_MESSAGE(!err, render(err));
+  three_lanes(t);
+}
+
+BOOST_AUTO_TEST_CASE(lanes_beyond_the_kill_switch_are_invalid_argument) {
+  auto o = env().options();
+  o.lanes = 0;
+  BOOST_CHECK_EQUAL(code_of(validate(o)), "invalid_argument");
+  o.lanes = 65;
+  BOOST_CHECK_EQUAL(code_of(validate(o)), "invalid_argument");
+}
+
+// A kill releases a blocked reader on every lane at once.
+BOOST_AUTO_TEST_CASE(spec_01_kill_releases_every_lane_at_once) {
+  auto o = env().options();
+  o.lanes = 3;
+  auto t = connected(o);
+  pump_thread pump{t};
+  std::vector<std::unique_ptr<client_socket>> clients;
+  std::vector<std::unique_ptr<blocked_reader>> readers;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<client_socket>(t->bridge_path()));
+    BOOST_REQUIRE_GE(clients.back()->fd, 0);
+    // The lane is open end to end before its reader blocks.
+    BOOST_REQUIRE(write_all(clients.back()->fd, "ping", 4));
+    BOOST_REQUIRE_EQUAL(read_n(clients.back()->fd, 4), "ping");
+    readers.push_back(std::make_unique<blocked_reader>(clients.back()->fd));
+  }
+  std::this_thread::sleep_for(100ms);
+  auto kill_at = clock_type::now();
+  t->kill();
+  for (auto& r : readers) {
+    BOOST_REQUIRE(r->wait(5s));
+    BOOST_CHECK_LT(ms_between(kill_at, r->returned), 100.0);
+  }
+  BOOST_REQUIRE(pump.wait(5s));
+}
+
 BOOST_AUTO_TEST_CASE(exec_fallback_round_trip_with_nc) {
   if (!have_program("nc")) {
     BOOST_TEST_MESSAGE("skipped: nc is not installed (the cat case covers the exec path)");

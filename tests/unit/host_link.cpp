@@ -43,10 +43,12 @@ namespace {
 struct fixture : test::det_fixture {
   std::shared_ptr<test::kill_probe> probe = std::make_shared<test::kill_probe>();
 
-  host_link_actor spawn_link(caf::timespan budget = 1s, uint32_t limit = 5) {
+  host_link_actor spawn_link(caf::timespan budget = 1s, uint32_t limit = 5,
+                             uint32_t connections = 1) {
     host_link_options o;
     o.host = "hv1";
     o.max_calls = limit;
+    o.connections = connections;
     o.call_budget = budget;
     o.connect_timeout = 5s;
     o.make_transport = test::test_transports("test:///default", probe);
@@ -297,6 +299,81 @@ BOOST_AUTO_TEST_CASE(spec_26_calls_run_on_a_pool_of_workers_not_a_thread_each) {
   BOOST_CHECK_LE(link_of(link).workers_started, 3u);
   BOOST_CHECK(link_of(link).calls.rows().empty()); // answered calls are not listed
   anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// Records the connection each call ran on; each call waits (up to 5 s) until
+// `together` calls are inside their jobs at once.
+struct connection_log {
+  std::mutex mtx;
+  std::set<const lv::connection*> seen;
+  std::atomic<int> inside{0};
+
+  call_job job(int together) {
+    return call_job{"which-connection", [this, together](lv::connection& c)
+                                          -> caf::expected<std::any> {
+                      {
+                        std::lock_guard<std::mutex> guard{mtx};
+                        seen.insert(&c);
+                      }
+                      inside.fetch_add(1);
+                      for (int i = 0; i < 500 && inside.load() < together; ++i)
+                        std::this_thread::sleep_for(10ms);
+                      return std::any{};
+                    }};
+  }
+};
+
+// Runs `rounds` rounds of `together` calls at once on `link`.
+void run_rounds(fixture& f, const host_link_actor& link, connection_log& log, int rounds,
+                int together) {
+  for (int round = 0; round < rounds; ++round) {
+    log.inside = 0;
+    std::vector<std::shared_ptr<fixture::outcome>> outs;
+    for (int i = 0; i < together; ++i)
+      outs.push_back(f.request_call(link, log.job(together)));
+    BOOST_REQUIRE(f.run_until([&] {
+      return std::all_of(outs.begin(), outs.end(), [](auto& o) { return o->done; });
+    }));
+    for (auto& o : outs)
+      BOOST_CHECK_MESSAGE(!o->err, render(o->err));
+  }
+}
+
+} // namespace
+
+// Where libvirt's client must not carry two calls at once (before 10.4.0,
+// CVE-2024-4418), the link has a connection per call it runs at once: three
+// calls inside their jobs together are on three connections, opened once
+// and kept (ten more rounds open none); the dial's is one of them.
+BOOST_AUTO_TEST_CASE(spec_26_calls_at_once_each_have_a_connection_of_their_own) {
+  auto link = spawn_link(30s, 3, 3);
+  BOOST_CHECK_EQUAL(link_of(link).connections.size(), 1u); // the dial's
+  connection_log log;
+  run_rounds(*this, link, log, 1, 3);
+  BOOST_CHECK_EQUAL(log.seen.size(), 3u);
+  run_rounds(*this, link, log, 10, 3);
+  BOOST_CHECK_EQUAL(log.seen.size(), 3u);
+  BOOST_CHECK_EQUAL(link_of(link).connections.size(), 3u);
+  BOOST_CHECK_EQUAL(link_of(link).snapshot().connections, 3u);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+// Where it may, the calls share the dial's one connection; and a link that
+// runs one call at a time never opens a second.
+BOOST_AUTO_TEST_CASE(spec_26_calls_share_one_connection_where_libvirt_allows_it) {
+  auto shared = spawn_link(30s, 3, 1);
+  connection_log log;
+  run_rounds(*this, shared, log, 3, 3);
+  BOOST_CHECK_EQUAL(log.seen.size(), 1u);
+  anon_send_exit(shared, caf::exit_reason::user_shutdown);
+  auto serial = spawn_link(30s, 3, 3);
+  connection_log one;
+  run_rounds(*this, serial, one, 5, 1);
+  BOOST_CHECK_EQUAL(one.seen.size(), 1u);
+  BOOST_CHECK_EQUAL(link_of(serial).connections.size(), 1u);
+  anon_send_exit(serial, caf::exit_reason::user_shutdown);
 }
 
 namespace {
