@@ -42,6 +42,7 @@ const char* to_string(ec code) {
     case ec::source_timeout: return "source_timeout";
     case ec::image_gone: return "image_gone";
     case ec::storage_full: return "storage_full";
+    case ec::volume_gone: return "volume_gone";
     case ec::no_domain: return "no_domain";
     case ec::no_pool: return "no_pool";
     case ec::no_volume: return "no_volume";

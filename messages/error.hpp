@@ -35,6 +35,8 @@ enum class ec : uint8_t {
                           // the create that found it missing waits for the image to be fetched again
   storage_full = 12,      // the host's storage is full (no space, over quota): freeing space
                           // is all a retry needs
+  volume_gone = 13,       // a volume's file vanished under a stream (deleted out of band
+                          // behind libvirt): the next attempt creates the volume again
   // -- not found --------------------------------------------------------------
   no_domain = 64,
   no_pool = 65,

@@ -220,6 +220,13 @@ list_marked(connection& c, const std::string& entry) {
   return out;
 }
 
+caf::error start_failure(caf::error err, bool domain_gone) {
+  if (!domain_gone || kind_of(err) != error_kind::permanent)
+    return err;
+  return make_error(ec::libvirt_transient,
+                    detail(err) + "; the domain was undefined during its start (out of band)");
+}
+
 caf::expected<domain_reading> define_and_start(connection& c, const domain_spec& spec,
                                                const std::vector<address_source>& sources) {
   auto xml = build_domain_xml(spec);
@@ -235,9 +242,13 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
     auto err = last_error("start " + spec.name);
     // Leave nothing behind; if this fails too, the create error still wins
     // and the next reconcile finds (and owns, by its mark) the leftover.
-    if (virDomainUndefine(dom.get()) < 0)
+    // Failing because the domain is gone already says why the start failed.
+    bool gone = false;
+    if (virDomainUndefine(dom.get()) < 0) {
+      gone = virGetLastErrorCode() == VIR_ERR_NO_DOMAIN;
       virResetLastError();
-    return err;
+    }
+    return start_failure(std::move(err), gone);
   }
   domain_reading r;
   r.name = spec.name;
@@ -300,8 +311,11 @@ caf::error start_domain(connection& c, const std::string& name) {
     return last_error("start " + name);
   if (active == 1)
     return {};
-  if (virDomainCreateWithFlags(dom->get(), 0) < 0) // one round trip (see define_and_start)
-    return last_error("start " + name);
+  if (virDomainCreateWithFlags(dom->get(), 0) < 0) { // one round trip (see define_and_start)
+    auto err = last_error("start " + name);
+    auto again = lookup(c, name, "start " + name);
+    return start_failure(std::move(err), again && !*again);
+  }
   return {};
 }
 

@@ -41,6 +41,12 @@ constexpr auto rules = std::to_array<rule>({
   {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STORAGE, "No space left on device", ec::storage_full},
   {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STREAMS, "Disk quota exceeded",     ec::storage_full},
   {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STORAGE, "Disk quota exceeded",     ec::storage_full},
+  // A volume's file deleted behind libvirt (out of band, between the pool's
+  // refresh and the stream's open): "Unable to open stream for '<path>': No
+  // such file or directory". The volume is gone, not broken; the next fill
+  // or create makes it again. Permanent latched an image as failed until
+  // its retry_max (found by the chaos soak, seed 37).
+  {VIR_ERR_SYSTEM_ERROR, VIR_FROM_STREAMS, "No such file or directory", ec::volume_gone},
   // QEMU killed while it started ("qemu unexpectedly closed the monitor:
   // ... terminating on signal 15 from pid N"): someone destroyed the domain
   // under its start, and starting it again works. Without this rule it was

@@ -478,6 +478,29 @@ BOOST_AUTO_TEST_CASE(libvirt_side_failure_is_classified_and_does_not_hang) {
   }
 }
 
+// Found by the chaos soak (`build/soak --bed vms --hosts 2 --proxies 4
+// --minutes 30 --seed 37 --engine caf-run`): its lose_image removed a cached
+// image's file behind libvirt between the fill's look at the pool and its
+// upload; libvirt's stream open failed with ENOENT (a system error), which
+// was permanent and latched the image as failed for its 5-minute
+// retry_max. The volume is gone, not broken: transient volume_gone.
+BOOST_AUTO_TEST_CASE(spec_10_soak_seed_37_an_upload_into_a_file_deleted_behind_libvirt_is_transient) {
+  for (bool over_ssh : {false, true}) {
+    auto p = make(over_ssh);
+    auto vol = std::string{over_ssh ? "gone-ssh" : "gone-direct"};
+    auto data = std::make_shared<const std::string>(pattern(mib, 5));
+    BOOST_REQUIRE(!create(*p, vol, mib));
+    BOOST_REQUIRE(std::filesystem::remove(d.file_of(vol)));
+    memory_source src;
+    src.data = data;
+    auto err = upload(*p, vol, 0, data->size(), src, lv::default_upload_chunk);
+    BOOST_TEST_MESSAGE(p->name() << ": " << render(err));
+    BOOST_CHECK(err == ec::volume_gone);
+    BOOST_CHECK(kind_of(err) == error_kind::transient);
+    BOOST_CHECK(!remove(*p, vol));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(what_libvirt_accepts_without_complaint) {
   // Neither of these fails an upload into a raw volume of a dir pool
   // (libvirt 9.0): recorded so that nobody relies on them as a failure.
