@@ -1,5 +1,6 @@
 #include "actors/transport_choice.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/log.hpp"
@@ -29,6 +30,9 @@ void fill_session(Options& o, const host_config& h) {
   o.tcp_user_timeout = as<std::chrono::milliseconds>(h.tcp_user_timeout);
 }
 
+// OpenSSH's default MaxSessions.
+constexpr uint32_t max_exec_lanes = 10;
+
 } // namespace
 
 call_plan plan_calls(const host_config& h) {
@@ -42,7 +46,15 @@ call_plan plan_calls(const host_config& h) {
                              " call on each host link, never two calls on one");
     return ok;
   }();
-  return {h.max_calls, safe ? 1 : h.max_calls};
+  if (safe)
+    return {h.max_calls, 1};
+  // Each connection of an exec transport is a session channel, and sshd
+  // allows MaxSessions of those per connection (10 by default): past it the
+  // next lane's open fails and, with it, the link.
+  auto n = h.transport == "ssh" && !h.remote_command.empty()
+             ? std::min(h.max_calls, max_exec_lanes)
+             : h.max_calls;
+  return {n, n};
 }
 
 transport_factory transport_for(const host_config& h) {

@@ -20,7 +20,8 @@ struct call_plan {
 /// calls from several threads at once (libvirt >= 10.4.0, or the test driver
 /// opened in this process, which has no client); otherwise a connection for
 /// each (libvirt before 10.4.0, CVE-2024-4418: docs/architecture.md, "One
-/// call at a time on a connection"). Logs the second case once.
+/// call at a time on a connection"), at most 10 through an exec transport
+/// (sshd's MaxSessions). Logs the second case once.
 call_plan plan_calls(const host_config& host);
 
 /// direct: libvirt opens the URI itself; ssh: the engine's SSH bridge;

@@ -183,6 +183,7 @@ public:
       if (kill_.fired())
         return "killed";
       progress_ = false;
+      auto received = lanes_.front().far->received();
       // Each step returns false once reason_ is set. Far ends are opened
       // after the reads, which may have taken a channel's confirmation off
       // the socket into libssh2's queue.
@@ -191,6 +192,10 @@ public:
           || !open_far_ends() || !timers() || !flush_far()
           || !each_lane(&pump_loop::down_to_client) || finished())
         break;
+      // Bytes libssh2 took off the socket this turn may wait in its queue
+      // for a lane read earlier in the turn (session.hpp, received()).
+      if (lanes_.front().far->received() != received)
+        progress_ = true;
       if (!progress_)
         wait();
     }

@@ -64,7 +64,7 @@ public:
   /// can connect. Sets `error` on a real failure.
   int accept_client(std::string& error);
 
-  /// Accepts and drops clients queued behind the first one, so a client
+  /// Accepts and drops clients still queued when the pump ends, so a client
   /// that connected late sees EOF now instead of waiting for the destructor.
   void refuse_queued() noexcept;
 

@@ -69,7 +69,8 @@ caf::error session_refused(session& s) {
   // Exec channels are sessions: sshd allows MaxSessions (10 by default) per
   // connection, one per lane here.
   return make_error(ec::ssh_failed, s.who() + ": cannot open a session channel: "
-                                      + s.last_error());
+                                      + s.last_error()
+                                      + " (one per libvirt connection: sshd's MaxSessions?)");
 }
 
 } // namespace

@@ -75,6 +75,8 @@ channel_end::channel_end(session& s, channel& ch, std::chrono::seconds keepalive
 }
 
 ssize_t channel_end::read(char* buf, size_t len) {
+  if (!session_.room_for_packet())
+    return would_block; // a read may send a window adjust (session.hpp)
   auto n = channel_.read(buf, len);
   // Drained on every read, see channel::drain_stderr: without it an exec
   // channel's EOF stays hidden behind unread stderr.
@@ -88,6 +90,8 @@ ssize_t channel_end::read(char* buf, size_t len) {
 }
 
 ssize_t channel_end::write(const char* buf, size_t len) {
+  if (!session_.room_for_packet())
+    return would_block;
   auto n = channel_.write(buf, len);
   if (n >= 0)
     return n;
@@ -107,6 +111,10 @@ int channel_end::flush() {
 }
 
 short channel_end::poll_events(bool want_read, bool want_write) const {
+  // No room for a whole packet: nothing moves until the socket takes some
+  // (a POLLIN here would spin: the reads wait for room too).
+  if (!session_.room_for_packet())
+    return POLLOUT;
   // Gathered bytes still to go out: the socket's room is what we wait for.
   if (session_.output_pending())
     return static_cast<short>(POLLOUT | (want_read ? POLLIN : 0));
@@ -137,8 +145,9 @@ std::string channel_end::tick(bool reading) {
     // Errors are ignored on purpose: while a channel packet is half sent,
     // libssh2 refuses to start another one (EAGAIN), and a broken socket
     // shows up on the next read or write anyway.
-    int next = 0;
-    libssh2_keepalive_send(session_.get(), &next);
+    int next = 1;
+    if (session_.room_for_packet())
+      libssh2_keepalive_send(session_.get(), &next);
     next_keepalive_ms_ = std::max(1, next) * 1000;
   }
   if (watchdog_.count() > 0) {
@@ -193,6 +202,8 @@ channel_source::~channel_source() = default;
 far_end* channel_source::open_lane(size_t lane, std::string& error) {
   if (lane < ends_.size())
     return ends_[lane].get();
+  if (!session_.room_for_packet())
+    return nullptr; // the open is a packet too (session.hpp)
   if (!opening_)
     opening_ = std::make_unique<channel::opener>(session_, socket_path_, command_);
   auto ch = opening_->step();
@@ -221,9 +232,8 @@ int connect_daemon_socket(const std::string& path, kill_switch& ks, size_t lane,
     return -1;
   }
   if (!ks.arm(kill_switch::far, fd, lane)) {
-    ::close(fd);
-    error = "killed before connect";
-    return -1;
+    error = "killed before connect"; // the caller closes it, after the kill
+    return fd;
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

@@ -6,6 +6,7 @@
 // All calls are non-blocking; the pump waits in poll() on fd().
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <sys/types.h>
@@ -48,6 +49,10 @@ public:
   /// blocking: 0 when nothing is left, 1 when some is (poll_events() then
   /// asks for POLLOUT), failed when the connection broke (see failure()).
   virtual int flush() { return 0; }
+
+  /// Bytes the far end has taken in from the host so far, into buffers of
+  /// its own (libssh2's queue): a change counts as the pump's progress.
+  virtual uint64_t received() const { return 0; }
 
   /// Called after end_of_stream until it returns true: whether the far end
   /// has nothing more to tell. An exec channel's exit status and the rest
@@ -110,6 +115,7 @@ public:
   std::string tick(bool reading) override;
   int next_tick_ms() const override;
   int flush() override;
+  uint64_t received() const override { return session_.received(); }
   bool settle() override;
   std::string end_reason() const override;
   std::string failure() const override { return failure_ + channel_.end_detail(); }
@@ -171,8 +177,9 @@ private:
 
 /// Connects a non-blocking unix socket to `path` and publishes it in `ks` as
 /// lane `lane`'s far end. Returns the fd, which the caller closes only after
-/// the switch's last fire (it holds the number), also when the connect
-/// failed (`error` set); -1 if no socket was made.
+/// the switch's last fire (the switch holds the number), also when the
+/// connect failed or the switch had fired (`error` set); -1 only if no
+/// socket was made.
 int connect_daemon_socket(const std::string& path, kill_switch& ks, size_t lane,
                           std::string& error);
 

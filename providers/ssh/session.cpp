@@ -74,6 +74,11 @@ void set_int_option(int fd, int level, int name, int value) {
 // libvirt stream packet, and four loopback TCP segments.
 constexpr size_t coalesce_capacity = size_t{256} << 10;
 
+// The largest SSH packet libssh2 sends, with room to spare: 32 KiB of
+// channel data (OpenSSH's packet size) plus header, padding and MAC; RFC
+// 4253 caps a packet at 35000 bytes.
+constexpr size_t packet_headroom = size_t{40} << 10;
+
 } // namespace
 
 std::string endpoint_name(const std::string& host, const std::string& address,
@@ -147,8 +152,11 @@ ssize_t session::recv_hook(libssh2_socket_t fd, void* buf, size_t len, int flags
   auto n = ::recv(fd, buf, len, flags);
   if (n < 0)
     return -errno; // libssh2 expects -errno from its recv callback
-  if (n > 0 && abstract && *abstract)
-    static_cast<session*>(*abstract)->last_rx_ns_.store(now_ns());
+  if (n > 0 && abstract && *abstract) {
+    auto* self = static_cast<session*>(*abstract);
+    self->last_rx_ns_.store(now_ns());
+    self->received_ += static_cast<uint64_t>(n);
+  }
   return n;
 }
 
@@ -179,6 +187,10 @@ ssize_t session::send_hook(libssh2_socket_t fd, const void* buf, size_t len,
   if (n < 0)
     return -errno;
   return n;
+}
+
+bool session::room_for_packet() const noexcept {
+  return !coalesce_ || coalesce_capacity - out_len_ >= packet_headroom;
 }
 
 void session::coalesce_sends(bool on) noexcept {

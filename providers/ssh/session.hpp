@@ -101,6 +101,23 @@ public:
   /// Whether flush() left bytes behind.
   bool output_pending() const noexcept { return out_len_ > 0; }
 
+  /// Whether the coalescing buffer takes one more whole SSH packet. The pump
+  /// asks before every libssh2 call that may send (a channel's write, read
+  /// with its window adjusts, open, keepalive): libssh2 1.10 keeps a packet
+  /// the socket did not take whole as pending and answers any other packet
+  /// with LIBSSH2_ERROR_BAD_USE until that one is out, and with several
+  /// channels on one session the next packet is often another channel's. So
+  /// no packet is ever left half sent: without room the pump waits for
+  /// POLLOUT and flushes first.
+  bool room_for_packet() const noexcept;
+
+  /// Bytes received from the server so far (the pump's thread only). libssh2
+  /// reads whatever the socket holds, for any channel, into its own queue:
+  /// the pump counts a turn that received bytes as progress, so that what
+  /// one lane's read queued for another is read before the next poll (which
+  /// the empty socket would not wake).
+  uint64_t received() const noexcept { return received_; }
+
 private:
   static ssize_t send_hook(libssh2_socket_t fd, const void* buf, size_t len,
                            int flags, void** abstract);
@@ -116,6 +133,7 @@ private:
   LIBSSH2_SESSION* session_ = nullptr;
   std::string who_;
   std::atomic<int64_t> last_rx_ns_{0};
+  uint64_t received_ = 0;
   // The coalescing buffer: only the pump's thread touches it.
   bool coalesce_ = false;
   std::unique_ptr<char[]> out_;

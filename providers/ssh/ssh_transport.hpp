@@ -86,7 +86,7 @@ public:
   /// with the reason.
   caf::error pump() override;
 
-  /// shutdown() on the TCP socket, the bridge's listening socket and the
+  /// shutdown() on the TCP socket, the bridge's listening socket and every
   /// accepted client. Nothing else: no lock, no close, no libssh2 call.
   void kill() noexcept override { kill_.fire(); }
 

