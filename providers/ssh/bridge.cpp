@@ -183,18 +183,18 @@ public:
       if (kill_.fired())
         return "killed";
       progress_ = false;
-      auto received = lanes_.front().far->received();
       // Each step returns false once reason_ is set. Far ends are opened
       // after the reads, which may have taken a channel's confirmation off
       // the socket into libssh2's queue.
       if (!accept() || !each_lane(&pump_loop::client_to_up)
-          || !each_lane(&pump_loop::up_to_far) || !each_lane(&pump_loop::far_to_down)
-          || !open_far_ends() || !timers() || !flush_far()
-          || !each_lane(&pump_loop::down_to_client) || finished())
+          || !each_lane(&pump_loop::up_to_far) || !far_to_down_all() || !open_far_ends()
+          || !timers() || !flush_far() || !each_lane(&pump_loop::down_to_client)
+          || finished())
         break;
-      // Bytes libssh2 took off the socket this turn may wait in its queue
-      // for a lane read earlier in the turn (session.hpp, received()).
-      if (lanes_.front().far->received() != received)
+      // Bytes libssh2 took off the socket after lane 0's read may wait in
+      // its queue for a lane read earlier in the turn (session.hpp,
+      // received()). With one lane busy, nothing does.
+      if (lanes_.front().far->received() != received_after_first_)
         progress_ = true;
       if (!progress_)
         wait();
@@ -315,6 +315,18 @@ private:
     return true;
   }
 
+  // Every lane's far end to its client; notes what the session had received
+  // once lane 0 had read.
+  bool far_to_down_all() {
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      if (!far_to_down(lanes_[i]))
+        return false;
+      if (i == 0)
+        received_after_first_ = lanes_[0].far->received();
+    }
+    return true;
+  }
+
   // The timers (SSH keepalive and watchdog) belong to the session, which
   // every lane shares: lane 0's far end runs them for all. A lane whose
   // client is slow to take what it has stops the watchdog's clock, as one
@@ -431,6 +443,7 @@ private:
   std::vector<pollfd> polls_;
   bool progress_ = false;
   bool flush_pending_ = false; // the session's flush left bytes behind
+  uint64_t received_after_first_ = 0;
   std::string reason_;
 };
 
