@@ -220,6 +220,21 @@ list_marked(connection& c, const std::string& entry) {
   return out;
 }
 
+namespace {
+
+// Whether a domain we hold a handle of was undefined by someone else: gone
+// (VIR_ERR_NO_DOMAIN), or transient, which is what an undefine makes of a
+// domain while it starts (it goes away once its QEMU has ended; the seed-38
+// soak saw the start fail with it still there). A broken connection says
+// gone too; its start error is transient already.
+bool undefined_by_someone(virDomainPtr dom) {
+  auto persistent = virDomainIsPersistent(dom);
+  virResetLastError();
+  return persistent != 1;
+}
+
+} // namespace
+
 caf::error start_failure(caf::error err, bool domain_gone) {
   if (!domain_gone || kind_of(err) != error_kind::permanent)
     return err;
@@ -242,11 +257,12 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
     auto err = last_error("start " + spec.name);
     // Leave nothing behind; if this fails too, the create error still wins
     // and the next reconcile finds (and owns, by its mark) the leftover.
-    // Failing because the domain is gone already says why the start failed.
+    // Failing because the domain is no longer ours to undefine says why
+    // the start failed.
     bool gone = false;
     if (virDomainUndefine(dom.get()) < 0) {
-      gone = virGetLastErrorCode() == VIR_ERR_NO_DOMAIN;
       virResetLastError();
+      gone = undefined_by_someone(dom.get());
     }
     return start_failure(std::move(err), gone);
   }
@@ -313,8 +329,7 @@ caf::error start_domain(connection& c, const std::string& name) {
     return {};
   if (virDomainCreateWithFlags(dom->get(), 0) < 0) { // one round trip (see define_and_start)
     auto err = last_error("start " + name);
-    auto again = lookup(c, name, "start " + name);
-    return start_failure(std::move(err), again && !*again);
+    return start_failure(std::move(err), undefined_by_someone(dom->get()));
   }
   return {};
 }

@@ -47,12 +47,13 @@ caf::expected<domain_reading> define_and_start(connection& c,
 /// Starts an existing, defined-but-stopped domain.
 caf::error start_domain(connection& c, const std::string& name);
 
-/// A failed start's error, given whether the domain was gone right after
-/// it. A domain undefined out of band while libvirt started it makes the
-/// start fail with what reads as permanent ("process exited while connecting
-/// to monitor": libvirt ended the QEMU it was starting); the next pass
-/// defines it again, so that is transient. A failure of a domain still there
-/// keeps its kind. (define_and_start and start_domain apply it.)
+/// A failed start's error, given whether the domain was undefined by
+/// someone else meanwhile (gone, or left transient: define_and_start and
+/// start_domain ask libvirt right after the failure). A domain undefined out
+/// of band while libvirt started it makes the start fail with what reads as
+/// permanent ("process exited while connecting to monitor": libvirt ended
+/// the QEMU it was starting); the next pass defines it again, so that is
+/// transient. A failure of a domain still defined keeps its kind.
 caf::error start_failure(caf::error err, bool domain_gone);
 
 /// Pauses (virDomainSuspend) or resumes (virDomainResume) a running domain:

@@ -150,10 +150,10 @@ BOOST_AUTO_TEST_CASE(spec_10_soak_seed_34_a_vm_killed_during_its_start_is_transi
 // --minutes 30 --seed 37 --engine caf-run`): the soak undefined s0005 while
 // the engine started it; libvirt ended the QEMU it was starting and the start
 // failed with this (code 1, domain QEMU), permanent: the proxy was latched
-// failed until the engine happened to restart. A start whose domain is gone
-// right after (define_and_start's own undefine finds none, start_domain's
-// lookup finds none) is transient; one whose domain is still there keeps its
-// kind.
+// failed until the engine happened to restart. A start whose domain was
+// undefined by someone else meanwhile (gone, or left transient as an undefine
+// leaves a starting domain: seed 38 saw that) is transient; one whose domain
+// is still defined keeps its kind.
 BOOST_AUTO_TEST_CASE(spec_10_soak_seed_37_a_start_whose_domain_was_undefined_meanwhile_is_transient) {
   auto err = lv::classify(VIR_ERR_INTERNAL_ERROR, VIR_FROM_QEMU,
                           "internal error: process exited while connecting to monitor",
