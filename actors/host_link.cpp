@@ -83,6 +83,11 @@ void return_worker(host_link_pointer self, const call_worker_actor& w) {
     st.idle_workers.push_back(w);
 }
 
+// The libvirt keepalive every connection of this link gets.
+lv::keepalive keepalive_of(const host_link_options& o) {
+  return {o.keepalive_interval_s, o.keepalive_count};
+}
+
 // The connection for the next call: the least busy of the link's, or a new
 // one (opened by the call itself, on its worker) while the link has fewer
 // than opts.connections. Where opts.connections is max_calls no two calls
@@ -93,8 +98,9 @@ std::shared_ptr<lv::lazy_connection> take_connection(host_link_pointer self) {
   auto least = std::min_element(all.begin(), all.end(),
                                 [](auto& a, auto& b) { return a.calls < b.calls; });
   if ((least == all.end() || least->calls > 0) && all.size() < st.opts.connections) {
-    lv::keepalive ka{st.opts.keepalive_interval_s, st.opts.keepalive_count};
-    all.push_back({std::make_shared<lv::lazy_connection>(st.transport->uri(), ka), 0});
+    all.push_back({std::make_shared<lv::lazy_connection>(st.transport->uri(),
+                                                         keepalive_of(st.opts)),
+                   0});
     least = std::prev(all.end());
   }
   ++least->calls;
@@ -207,7 +213,7 @@ void pump(host_link_pointer self) {
 // Dial, phase 2: open libvirt's client through the (connected) transport.
 void open_libvirt(host_link_pointer self, uint64_t gen) {
   auto& st = self->state;
-  lv::keepalive ka{st.opts.keepalive_interval_s, st.opts.keepalive_count};
+  auto ka = keepalive_of(st.opts);
   // Events are registered before the link is up, and so before the resync
   // its coming up starts: a change in between is seen by one or the other
   // (docs/spec.md 27).
