@@ -60,6 +60,10 @@ struct host_link_options {
   // grace), the bulk read with the host's leases runs this often instead
   // (the engine's poll interval): what each proxy's own poll did before.
   caf::timespan lease_interval = std::chrono::seconds(2);
+  // The call counts (in flight, queued, connections) change twice per call;
+  // the sink gets them at most this long after they changed, in one push.
+  // A change of state (dialing, up, dead) is pushed at once.
+  caf::timespan counts_delay = std::chrono::milliseconds(100);
   transport_factory make_transport;
   status_sink_actor sink; // receives link_status on every change (optional)
 };
@@ -126,6 +130,7 @@ struct host_link_state {
   bool bulk_read_again = false; // asked for while one ran: another after it
   bool redial_armed = false; // one redial timer at a time
   bool lease_armed = false;  // one lease timer at a time
+  bool counts_armed = false; // one push of the call counts due at a time
   // Whether this dial's host can list leases: `unsupported` stops asking
   // until the next dial (a host behind the same name may differ then).
   lease_view leases = lease_view::not_read;

@@ -153,7 +153,9 @@ using host_link_actor = status_interface<link_status>::extend_with<
   // Internal: the safety net's timer (a bulk read of every domain's state).
   caf::reacts_to<atom::poll>,
   // Internal: a dead link with watched domains redials once its backoff ends.
-  caf::reacts_to<atom::link>>;
+  caf::reacts_to<atom::link>,
+  // Internal: the push of the call counts, due since they changed.
+  caf::reacts_to<atom::counts>>;
 
 /// One per (provider entry, image) on each host: the verified base image in
 /// the host's pool. The first ensure starts one fill (over a dedicated

@@ -52,5 +52,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, metrics, "metrics")
   CAF_ADD_ATOM(egress, egress::atom, hello, "hello")
   CAF_ADD_ATOM(egress, egress::atom, lease, "lease")         // a link re-reads leases for a waiting proxy
+  CAF_ADD_ATOM(egress, egress::atom, counts, "counts")       // a link pushes its call counts
 
 CAF_END_TYPE_ID_BLOCK(egress)

@@ -44,8 +44,9 @@ struct fixture : test::det_fixture {
   std::shared_ptr<test::kill_probe> probe = std::make_shared<test::kill_probe>();
 
   host_link_actor spawn_link(caf::timespan budget = 1s, uint32_t limit = 5,
-                             uint32_t connections = 1) {
+                             uint32_t connections = 1, status_sink_actor sink = {}) {
     host_link_options o;
+    o.sink = std::move(sink);
     o.host = "hv1";
     o.max_calls = limit;
     o.connections = connections;
@@ -462,6 +463,52 @@ BOOST_AUTO_TEST_CASE(spec_18_a_link_dying_before_it_serves_backs_off_further_eac
   BOOST_CHECK_MESSAGE(!served->err, render(served->err));
   BOOST_CHECK_EQUAL(link_of(link).failures, 0u);
   anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+// The link's call counts change twice per call; its sink (the fleet, which
+// hands each push on to the health actor) hears of them once per
+// counts_delay, not per call, while a change of state is pushed at once.
+// Before: 40 calls made over 80 pushes.
+BOOST_AUTO_TEST_CASE(spec_26_call_counts_are_pushed_once_per_delay_not_per_call) {
+  auto pushes = std::make_shared<std::vector<link_status>>();
+  auto sink = sys.spawn([pushes]() -> status_sink_actor::behavior_type {
+    return {
+      [pushes](link_status& s) { pushes->push_back(std::move(s)); },
+      [](proxy_status&) {},
+      [](image_status&) {},
+      [](proxy_health&) {},
+    };
+  });
+  auto link = spawn_link(30s, 3, 1, sink);
+  BOOST_REQUIRE(run_until([&] {
+    return !pushes->empty() && pushes->back().state == link_state::up;
+  }));
+  auto at_up = pushes->size();
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::shared_ptr<outcome>> outs;
+    for (int i = 0; i < 2; ++i)
+      outs.push_back(request_call(link, call_job{"count-me", [](lv::connection&) {
+                                                   return caf::expected<std::any>{std::any{}};
+                                                 }}));
+    BOOST_REQUIRE(run_until([&] {
+      return std::all_of(outs.begin(), outs.end(), [](auto& o) { return o->done; });
+    }));
+  }
+  // The virtual clock stood still: the counts' push is still due.
+  BOOST_CHECK_EQUAL(pushes->size(), at_up);
+  sched.advance_time(link_of(link).opts.counts_delay);
+  BOOST_REQUIRE(run_until([&] { return pushes->size() > at_up; }));
+  BOOST_CHECK_EQUAL(pushes->size(), at_up + 1);
+  BOOST_CHECK_EQUAL(pushes->back().in_flight, 0u); // what holds now, not a stale count
+  BOOST_CHECK_EQUAL(pushes->back().queued, 0u);
+  // A death is pushed at once, however recent the last push.
+  auto killer = sys.spawn([=](caf::event_based_actor* self) {
+    self->request(link, 5s, atom::kill_v, std::string{"test"})
+      .then([](link_status&) {}, [](caf::error&) {});
+  });
+  BOOST_CHECK(run_until([&] { return pushes->back().state == link_state::dead; }));
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+  anon_send_exit(sink, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
