@@ -39,10 +39,9 @@
 //           proxies), which finds no domain; it creates (define + start +
 //           lease addresses: 3 RPCs), and the test driver's made-up lease
 //           makes it running at once. The links' dial (SSH + libvirt open +
-//           event registration) is inside the cold window only. Probes are off (the test
-//           driver's addresses are not real) and so is gc (all H entries are
-//           one shared state: each host's gc would delete the proxies declared
-//           on the others).
+//           event registration) is inside the cold window only. Probes are
+//           off (the test driver's addresses are not real) and so is gc (the
+//           script collects nothing either).
 //  py W     bench/converge_libvirt.py with W workers (default W = 3, the earlier
 //           operator's MaxConcurrentReconciles, and 8, one per host): per
 //           proxy lookupByName (VIR_ERR_NO_DOMAIN), defineXML (the same
