@@ -24,8 +24,8 @@ void publish(host_link_pointer self) {
 // The call counts change twice per call: one push per counts_delay carries
 // every change since. A push per change made the sink (the fleet) and the
 // health actor run twice per call, on the scheduler threads that also carry
-// the calls: bench/converge's per-call overhead over the raw RPC went from
-// 1.30-1.34x to 1.20-1.27x without those pushes.
+// the calls (bench/converge's per-call overhead: docs/notes/
+// fleet-supervision.md).
 void publish_counts(host_link_pointer self) {
   auto& st = self->state;
   if (st.counts_armed || !st.opts.sink)
@@ -409,13 +409,13 @@ void mark_dead(host_link_pointer self, std::string reason) {
   // Everything this link still runs is abandoned now; the kill below is
   // what frees it, and the ledger shows whether it did.
   st.calls.abandon_all("link dead: " + reason);
-  publish(self);
   // The kill runs on its own thread so that this actor stays responsive (a
   // second mark-dead returns at once) even if a transport's kill were slow.
   // The connection is released after the kill, also off this thread.
   auto t = std::move(st.transport);
   auto c = std::move(st.connections);
   st.connections.clear();
+  publish(self); // dead, with no connection left
   if (t || !c.empty()) {
     auto h = st.calls.spawn(self, st.opts.host,
                         blocking_work{"kill", [t, c]() mutable

@@ -65,7 +65,8 @@ struct host_link_options {
   // A change of state (dialing, up, dead) is pushed at once.
   caf::timespan counts_delay = std::chrono::milliseconds(100);
   transport_factory make_transport;
-  status_sink_actor sink; // receives link_status on every change (optional)
+  status_sink_actor sink; // receives link_status: a change of state at once,
+                          // the counts within counts_delay (optional)
 };
 
 struct host_link_state {

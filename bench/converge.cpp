@@ -14,11 +14,12 @@
 // (sshd_options::libvirt_socket_dir), as on a real host. Every host entry
 // names test:///default: a libvirtd's test driver keeps one test:///default
 // state for every client while any connection to it is open (the bench holds
-// one per host for the whole run, and checks before it measures that each
-// script transport reaches it and that no other host sees it), so domains
-// "run" at once without booting and the driver makes their lease addresses
-// up. Each host sees only its own domains and their events, as a fleet's
-// hosts do. (Until 2026-12 all H entries shared one daemon and one state:
+// one per host for the whole run; it checks before it measures that each
+// script transport reaches a host's state and that no other host sees it,
+// and after each step that every host holds its share of the domains), so
+// domains "run" at once without booting and the driver makes their lease
+// addresses up. Each host sees only its own domains and their events, as a
+// fleet's hosts do. (Until 2026-12 all H entries shared one daemon and one state:
 // each of the engine's links then got every domain's events, eight times a
 // fleet's share, which doubled its time at RTT 0.) P proxies (default 200,
 // c000.., round-robin over the hosts), no image, 64 MiB (the engine's
@@ -50,7 +51,7 @@
 //           host key verified:
 //             ssh:     test+ssh://root@127.0.0.1:PORT/default?keyfile=..&no_tty=1
 //                      &no_verify=0&command=<wrapper>  (the OpenSSH client; the
-//                      wrapper pins the sshd's known_hosts with
+//                      wrapper pins the relays' known_hosts with
 //                      StrictHostKeyChecking=yes and reads no config, agent or
 //                      other key, as in bench/upload)
 //             libssh2: test+libssh2://root@127.0.0.1:PORT/default?keyfile=..
@@ -155,15 +156,17 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// CPU seconds (user + system) of the process trees under `roots`: every live
-// process in them plus what their reaped children used (cutime, cstime).
-double tree_cpu_seconds(const std::vector<pid_t>& roots) {
-  struct proc {
-    pid_t ppid = 0;
-    double cpu = 0;
-  };
+// Every live process: its parent and its CPU seconds (user + system, its
+// reaped children's included: cutime, cstime), from one pass over /proc.
+struct process_cpu {
+  pid_t ppid = 0;
+  double cpu = 0;
+};
+using process_table = std::map<pid_t, process_cpu>;
+
+process_table scan_processes() {
   static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  std::map<pid_t, proc> procs;
+  process_table procs;
   if (DIR* d = ::opendir("/proc")) {
     while (auto* e = ::readdir(d)) {
       char* end = nullptr;
@@ -188,10 +191,15 @@ double tree_cpu_seconds(const std::vector<pid_t>& roots) {
       }
       if (f.size() < 16)
         continue;
-      procs[pid] = proc{static_cast<pid_t>(f[1]), (f[11] + f[12] + f[13] + f[14]) / tick};
+      procs[pid] = process_cpu{static_cast<pid_t>(f[1]), (f[11] + f[12] + f[13] + f[14]) / tick};
     }
     ::closedir(d);
   }
+  return procs;
+}
+
+// CPU seconds of the process trees under `roots` in `procs`.
+double tree_cpu_seconds(const process_table& procs, const std::vector<pid_t>& roots) {
   double sum = 0;
   for (auto& [pid, p] : procs) {
     for (pid_t q = pid; q > 1;) {
@@ -557,6 +565,8 @@ struct measurement {
   bool ok() const { return error.empty() && seconds > 0; }
 };
 
+std::string host_name(int i);
+
 // The relays of every host, driven as one: the same RTT for all, their
 // figures summed.
 class relay_set {
@@ -730,13 +740,22 @@ public:
     return n;
   }
 
-  /// The proxies' domains on every host.
-  size_t count_ours() {
-    size_t n = 0;
-    for (auto& h : hosts_)
-      for (auto& name : h->domains())
+  /// Empty if each host holds exactly its round-robin share of `proxies`
+  /// domains (make_config: proxy i on host i % H), else what it holds: a
+  /// relay or a host entry wired to another host's daemon shows here.
+  std::string misplaced(int proxies) {
+    std::string out;
+    auto hosts = static_cast<int>(hosts_.size());
+    for (int i = 0; i < hosts; ++i) {
+      size_t n = 0;
+      for (auto& name : hosts_[static_cast<size_t>(i)]->domains())
         n += name != "test";
-    return n;
+      auto share = static_cast<size_t>(proxies / hosts + (i < proxies % hosts ? 1 : 0));
+      if (n != share)
+        out += (out.empty() ? "" : ", ") + host_name(i) + " holds " + std::to_string(n)
+               + " domains, not " + std::to_string(share);
+    }
+    return out;
   }
 
 private:
@@ -938,9 +957,8 @@ public:
     settle();
     charge_cpu(m, cpu0);
     if (m.error.empty()) {
-      auto n = s_.count_ours();
-      if (n != static_cast<size_t>(o_.proxies))
-        m.error = "converged, but the hosts hold " + std::to_string(n) + " domains";
+      if (auto wrong = s_.misplaced(o_.proxies); !wrong.empty())
+        m.error = "converged, but " + wrong;
     }
     return m;
   }
@@ -988,9 +1006,8 @@ public:
                   num("open_ms"), num("lookup_ms"), num("define_ms"),
                   num("create_ms"), num("addresses_ms"), num("addresses_n"));
     m.note = buf;
-    auto n = s_.count_ours();
-    if (n != static_cast<size_t>(o_.proxies))
-      m.error = "the hosts hold " + std::to_string(n) + " domains";
+    if (auto wrong = s_.misplaced(o_.proxies); !wrong.empty())
+      m.error = wrong;
     return m;
   }
 
@@ -1070,7 +1087,10 @@ private:
   };
 
   cpu_sample sample_cpu() const {
-    return {tree_cpu_seconds({::getpid()}), tree_cpu_seconds(s_.server_roots()),
+    // One pass over /proc for both trees: what a daemon used between two
+    // passes would otherwise come off the client's figure unearned.
+    auto procs = scan_processes();
+    return {tree_cpu_seconds(procs, {::getpid()}), tree_cpu_seconds(procs, s_.server_roots()),
             s_.relay().cpu_seconds()};
   }
 
