@@ -77,8 +77,9 @@
 // run goes over every RTT (their order rotating per run); one table per RTT,
 // then a summary of the python/engine ratios per RTT. The relay's threads'
 // CPU is taken out of the client figure and shown on its own.
-// Between steps every domain but the drivers' own "test" is destroyed and
-// undefined over the bench's held connections and the count is checked.
+// After each step every host must hold its share of the domains; then every
+// domain but the drivers' own "test" is destroyed and undefined over the
+// bench's held connections.
 // Medians over R runs (default 3); per-run ratios too. CPU: user + system
 // seconds of the client side (this process with the engine's threads, or the
 // script with its ssh children, minus the interpreter's start-up; the

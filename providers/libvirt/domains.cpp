@@ -235,8 +235,8 @@ bool undefined_by_someone(virDomainPtr dom) {
 
 } // namespace
 
-caf::error start_failure(caf::error err, bool domain_gone) {
-  if (!domain_gone || kind_of(err) != error_kind::permanent)
+caf::error start_failure(caf::error err, bool undefined_meanwhile) {
+  if (!undefined_meanwhile || kind_of(err) != error_kind::permanent)
     return err;
   return make_error(ec::libvirt_transient,
                     detail(err) + "; the domain was undefined during its start (out of band)");
@@ -259,12 +259,12 @@ caf::expected<domain_reading> define_and_start(connection& c, const domain_spec&
     // and the next reconcile finds (and owns, by its mark) the leftover.
     // Failing because the domain is no longer ours to undefine says why
     // the start failed.
-    bool gone = false;
+    bool undefined_meanwhile = false;
     if (virDomainUndefine(dom.get()) < 0) {
       virResetLastError();
-      gone = undefined_by_someone(dom.get());
+      undefined_meanwhile = undefined_by_someone(dom.get());
     }
-    return start_failure(std::move(err), gone);
+    return start_failure(std::move(err), undefined_meanwhile);
   }
   domain_reading r;
   r.name = spec.name;

@@ -54,7 +54,7 @@ caf::error start_domain(connection& c, const std::string& name);
 /// permanent ("process exited while connecting to monitor": libvirt ended
 /// the QEMU it was starting); the next pass defines it again, so that is
 /// transient. A failure of a domain still defined keeps its kind.
-caf::error start_failure(caf::error err, bool domain_gone);
+caf::error start_failure(caf::error err, bool undefined_meanwhile);
 
 /// Pauses (virDomainSuspend) or resumes (virDomainResume) a running domain:
 /// for draining a proxy without losing it, and for tests that need a
