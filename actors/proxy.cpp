@@ -547,6 +547,9 @@ void poll(proxy_pointer self) {
     return;
   }
   begin_looking(st, proxy_activity::reading);
+  // Taken when the read begins, not when it was asked: a step (or a read)
+  // already in flight pushes its own result, not the operator's.
+  bool asked = std::exchange(st.reconcile_asked, false);
   auto name = st.opts.spec.name;
   auto sources = sources_of(st.opts.address_sources);
   bool with_macs = lease_first(st) && st.macs.empty();
@@ -561,15 +564,17 @@ void poll(proxy_pointer self) {
     [name, sources, with_macs](lv::connection& c) {
       return lv::read_domain(c, name, sources, with_macs);
     },
-    [self, took](domain_reading& r) {
+    [self, took, asked](domain_reading& r) {
       transition(self, proxy_activity::idle, [&] {
+        self->state.publish_next = asked;
         ++self->state.status.polls;
         self->state.status.last_poll_ms = took();
         apply_reading(self, r);
       });
     },
-    [self, took](const caf::error& err) {
+    [self, took, asked](const caf::error& err) {
       transition(self, proxy_activity::idle, [&] {
+        self->state.publish_next = asked;
         ++self->state.status.polls;
         self->state.status.last_poll_ms = took();
         record_error(self, err, false);
@@ -758,7 +763,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       arm_poll(self);
     },
     [self](atom::reconcile) {
-      self->state.publish_next = true;
+      self->state.reconcile_asked = true;
       poll(self);
     },
     [self](domain_event& ev) { on_domain_event(self, ev); },

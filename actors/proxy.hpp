@@ -77,8 +77,12 @@ struct proxy_state {
   // An erase arrived while a step was in flight: it starts when the step
   // answers (deleting alongside a create could leave a VM no proxy owns).
   bool erase_after_step = false;
-  // An operator asked for this read-back (reconcile): push its result even
-  // if nothing changed, so status shows the fresh read.
+  // An operator asked for a read-back (reconcile) that has not begun yet: the
+  // read that begins next (after the step in flight, if any) is the one whose
+  // result status must show, even if nothing in it changed.
+  bool reconcile_asked = false;
+  // The transition under way ends that read: it pushes the status whatever
+  // changed (consumed by the push).
   bool publish_next = false;
   bool poll_armed = false;    // one poll timer at a time
   bool created_by_us = false;

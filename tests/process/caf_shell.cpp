@@ -109,21 +109,32 @@ BOOST_AUTO_TEST_CASE(watch_sees_the_link_down_that_kill_link_caused) {
   BOOST_CHECK_EQUAL(WEXITSTATUS(watcher.wait_status().value_or(-1)), 0);
 }
 
-// reconcile: one read-back now, outside the (hour-long) poll schedule.
+// reconcile: one read-back now, outside the (hour-long) poll schedule. The
+// count shown moves only with a push: a read that changed nothing is not
+// pushed unless an operator asked for it, so the shown count may lag the
+// reads made, and the reconcile's read shows as a count above the last one
+// shown (tests/unit/proxy_reconcile.cpp pins that it is exactly one read).
 BOOST_AUTO_TEST_CASE(reconcile_reads_a_proxy_back_now) {
   daemon_run d;
   BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
-  auto polls = [&] {
+  auto shown = [&] {
     auto r = d.shell({"-c", "show proxy egress-1", "--json"});
-    return r.ok() ? std::stoi(json::parse(r.output)["details"]["polls"].get<std::string>()) : -1;
+    return r.ok() ? json::parse(r.output) : json{};
   };
-  // Listed (its first look is the link's bulk read: it may never poll).
-  BOOST_REQUIRE(test::eventually([&] { return polls() >= 0; }, 20s));
+  auto polls = [&] {
+    auto p = shown();
+    return p.is_null() ? -1 : std::stoi(p["details"]["polls"].get<std::string>());
+  };
+  // Settled first: running, its create and its start's events read back.
+  BOOST_REQUIRE(test::eventually([&] {
+    auto p = shown();
+    return !p.is_null() && p["state"] == "running";
+  }, 20s));
   auto before = polls();
   auto r = d.shell({"-c", "reconcile egress-1", "--json"});
   BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
   BOOST_CHECK_EQUAL(json::parse(r.output)["name"], "egress-1");
-  BOOST_CHECK(test::eventually([&] { return polls() == before + 1; }, 10s));
+  BOOST_CHECK(test::eventually([&] { return polls() > before; }, 10s));
   auto missing = d.shell({"-c", "reconcile nope"});
   BOOST_CHECK_EQUAL(missing.exit_code, 1);
   BOOST_CHECK_MESSAGE(missing.output.find("no proxy named \"nope\"") != std::string::npos,
