@@ -92,6 +92,15 @@ struct fixture : test::det_fixture {
              *caf::actor_cast<caf::abstract_actor*>(sink))
       .state.pushed;
   }
+  // The link's first bulk read finds no domain: the proxy asks to create it.
+  void begin_create() {
+    domain_brief missing;
+    missing.name = "px";
+    missing.exists = false;
+    missing.taken = std::chrono::steady_clock::now().time_since_epoch();
+    caf::anon_send(proxy, missing);
+    sched.run();
+  }
   // Fails the call the link holds (there must be exactly one), as a host
   // whose libvirt keeps failing the same way would.
   void fail_held_call(const std::string& what) {
@@ -111,12 +120,7 @@ BOOST_FIXTURE_TEST_SUITE(proxy_reconcile_suite, fixture)
 // must not use up the push, or the read after it (which changes nothing
 // worth a push here: the same error again) never shows in status.
 BOOST_AUTO_TEST_CASE(a_reconcile_during_a_step_shows_the_read_after_it) {
-  domain_brief missing;
-  missing.name = "px";
-  missing.exists = false;
-  missing.taken = std::chrono::steady_clock::now().time_since_epoch();
-  caf::anon_send(proxy, missing);
-  sched.run();
+  begin_create();
   BOOST_REQUIRE_EQUAL(calls().size(), 1u);
   BOOST_REQUIRE_EQUAL(calls().front().first, "create px");
 
@@ -138,12 +142,7 @@ BOOST_AUTO_TEST_CASE(a_reconcile_during_a_step_shows_the_read_after_it) {
 // Asked while idle: the read begins at once and its result is pushed; a
 // later read nobody asked for that changes nothing is not.
 BOOST_AUTO_TEST_CASE(a_reconcile_while_idle_pushes_its_read_and_only_it) {
-  domain_brief missing;
-  missing.name = "px";
-  missing.exists = false;
-  missing.taken = std::chrono::steady_clock::now().time_since_epoch();
-  caf::anon_send(proxy, missing);
-  sched.run();
+  begin_create();
   fail_held_call("create px");
   auto pushes = pushed().size();
 
