@@ -518,7 +518,12 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
     },
     [self](address_watch& w) { on_address_watch(self, w); },
     [self](atom::lease) { on_lease_tick(self); },
-    [self](domain_event& ev) { forward_event(self, ev); },
+    [self](domain_event& ev) {
+      forward_event(self, ev);
+      // Its count is a status field too (the fleet's events metric): no
+      // call may follow for hours on a host at rest.
+      publish_counts(self);
+    },
     [self](atom::poll) { on_safety_net_tick(self); },
     [self](atom::link) { on_redial_tick(self); },
     [self](atom::counts) {

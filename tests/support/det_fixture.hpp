@@ -12,6 +12,7 @@
 #include <thread>
 #include <tuple>
 
+#include <boost/test/results_collector.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <caf/actor_system.hpp>
@@ -38,7 +39,14 @@ struct det_fixture {
     = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
 
   det_fixture() { log::set_level(log::level::error); }
-  ~det_fixture() { sched.run(); }
+  ~det_fixture() {
+    sched.run();
+    // A failed BOOST_REQUIRE skipped the test's own exit messages: waiting
+    // for its actors would hang the suite (until ctest's timeout) instead of
+    // failing it.
+    if (!current_test_passed())
+      sys.await_actors_before_shutdown(false);
+  }
 
   /// Runs scheduled actors until `pred()` holds or `max` real time passed.
   template <class Pred>
@@ -81,6 +89,11 @@ struct det_fixture {
   }
 
 private:
+  static bool current_test_passed() {
+    using namespace boost::unit_test;
+    return results_collector.results(framework::current_test_case().p_id).passed();
+  }
+
   template <class Tup, size_t... Is>
   static void fill(Tup& t, const caf::type_erased_tuple& m, std::index_sequence<Is...>) {
     ((std::get<Is>(t) = m.get_as<std::tuple_element_t<Is, Tup>>(Is)), ...);

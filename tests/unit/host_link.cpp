@@ -58,6 +58,18 @@ struct fixture : test::det_fixture {
     return link;
   }
 
+  // A sink that keeps every link_status pushed to it.
+  status_sink_actor spawn_status_log(std::shared_ptr<std::vector<link_status>> pushes) {
+    return sys.spawn([pushes]() -> status_sink_actor::behavior_type {
+      return {
+        [pushes](link_status& s) { pushes->push_back(std::move(s)); },
+        [](proxy_status&) {},
+        [](image_status&) {},
+        [](proxy_health&) {},
+      };
+    });
+  }
+
   host_link_state& link_of(const host_link_actor& h) {
     return state_of<host_link_state>(h);
   }
@@ -471,14 +483,7 @@ BOOST_AUTO_TEST_CASE(spec_18_a_link_dying_before_it_serves_backs_off_further_eac
 // Before: 40 calls made over 80 pushes.
 BOOST_AUTO_TEST_CASE(spec_26_call_counts_are_pushed_once_per_delay_not_per_call) {
   auto pushes = std::make_shared<std::vector<link_status>>();
-  auto sink = sys.spawn([pushes]() -> status_sink_actor::behavior_type {
-    return {
-      [pushes](link_status& s) { pushes->push_back(std::move(s)); },
-      [](proxy_status&) {},
-      [](image_status&) {},
-      [](proxy_health&) {},
-    };
-  });
+  auto sink = spawn_status_log(pushes);
   auto link = spawn_link(30s, 3, 1, sink);
   BOOST_REQUIRE(run_until([&] {
     return !pushes->empty() && pushes->back().state == link_state::up;
@@ -507,6 +512,31 @@ BOOST_AUTO_TEST_CASE(spec_26_call_counts_are_pushed_once_per_delay_not_per_call)
       .then([](link_status&) {}, [](caf::error&) {});
   });
   BOOST_CHECK(run_until([&] { return pushes->back().state == link_state::dead; }));
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+  anon_send_exit(sink, caf::exit_reason::user_shutdown);
+}
+
+// A domain event is counted in the link's status, and the count reaches the
+// sink within the counts' delay though no call follows it (a host at rest).
+// Before: it waited for the link's next push of another kind.
+BOOST_AUTO_TEST_CASE(spec_26_a_domain_events_count_is_pushed_without_a_call) {
+  auto pushes = std::make_shared<std::vector<link_status>>();
+  auto sink = spawn_status_log(pushes);
+  auto link = spawn_link(30s, 3, 1, sink);
+  BOOST_REQUIRE(run_until([&] {
+    return !pushes->empty() && pushes->back().state == link_state::up;
+  }));
+  // Whatever push the dial left due goes first: the link is at rest then.
+  sched.advance_time(link_of(link).opts.counts_delay);
+  sched.run();
+  auto events = pushes->back().events;
+  auto at_up = pushes->size();
+  caf::anon_send(link, domain_event{"hv1", "nobody-watches", domain_change::started, 0});
+  sched.run();
+  BOOST_CHECK_EQUAL(pushes->size(), at_up); // not at once: with the counts
+  sched.advance_time(link_of(link).opts.counts_delay);
+  BOOST_REQUIRE(run_until([&] { return pushes->size() > at_up; }));
+  BOOST_CHECK_EQUAL(pushes->back().events, events + 1);
   anon_send_exit(link, caf::exit_reason::user_shutdown);
   anon_send_exit(sink, caf::exit_reason::user_shutdown);
 }
