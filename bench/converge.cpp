@@ -109,6 +109,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -245,6 +246,12 @@ std::vector<std::string> split(const std::string& s, char sep) {
 // stat's utime and stime: those count whole clock ticks (10 ms), and a relay
 // thread's share of a step is often less than one.
 double thread_cpu_seconds(pid_t tid) {
+  // A thread that just ended has no file either: only a kernel without
+  // schedstat at all is worth a word (once).
+  static bool told = false;
+  if (!std::exchange(told, true) && testbed::read_file("/proc/thread-self/schedstat").empty())
+    std::fprintf(stderr, "bench: no /proc/thread-self/schedstat (a kernel without "
+                         "schedstat?): the relays' CPU column reads 0\n");
   auto text = testbed::read_file("/proc/self/task/" + std::to_string(tid) + "/schedstat");
   return std::strtod(text.c_str(), nullptr) / 1e9;
 }
