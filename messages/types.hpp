@@ -222,7 +222,9 @@ struct link_status {
   uint32_t in_flight = 0;
   uint32_t queued = 0;
   uint32_t limit = 0;
-  uint32_t connections = 0; // libvirt connections open (or opening) now
+  // libvirt connections held: open, opening, or (their lazy open failed)
+  // to be opened again by the next call given them
+  uint32_t connections = 0;
   uint64_t dials = 0;   // transports dialed so far
   uint64_t deaths = 0;  // times this link was marked dead
   uint64_t overruns = 0;        // calls that ran past their budget
