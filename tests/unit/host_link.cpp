@@ -413,7 +413,7 @@ BOOST_AUTO_TEST_CASE(spec_26_a_worker_past_its_budget_is_replaced) {
   sched.advance_time(1s);
   BOOST_REQUIRE(run_until([&] { return wedged->done; }));
   BOOST_CHECK(wedged->err == ec::budget_exceeded);
-  BOOST_CHECK_EQUAL(link_of(link).calls.abandoned_running(), 1u);
+  BOOST_CHECK(run_until([&] { return link_of(link).calls.abandoned_running() == 1; }));
   link_of(link).next_dial_at = {};
   auto second = std::make_shared<std::thread::id>();
   auto next = request_call(link, thread_id_job(second));
@@ -435,7 +435,10 @@ BOOST_AUTO_TEST_CASE(spec_26_too_many_abandoned_calls_keep_the_link_dead) {
   for (int i = 0; i < 2; ++i) {
     overrun_once(link, release);
   }
-  BOOST_CHECK_EQUAL(link_of(link).calls.abandoned_running(), 2u);
+  // The death abandons whatever of the link still runs: besides the wedged
+  // call, a cleanup of the death before (its kill, a connection's close) may
+  // not have ended yet. It ends by itself; the wedged calls stay.
+  BOOST_REQUIRE(run_until([&] { return link_of(link).calls.abandoned_running() == 2; }));
   auto dials = link_of(link).dials;
   link_of(link).next_dial_at = {};
   auto refused = request_call(link, thread_id_job(std::make_shared<std::thread::id>()));
