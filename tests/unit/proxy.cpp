@@ -135,6 +135,10 @@ BOOST_AUTO_TEST_CASE(spec_11_a_running_proxy_keeps_its_address_for_the_grace_pol
   cfg.hosts.push_back(test::test_host("hv1"));
   cfg.proxies.push_back(test::test_proxy("px-g", "hv1"));
   cfg.address_grace = 3;
+  // Each grace step lasts a poll: long enough for the 20 ms status sampling
+  // below to see every one even on a loaded machine (at the fixture's 50 ms
+  // an ASan build under load missed the step with 3 left).
+  cfg.poll_interval = 300ms;
   auto eng = engine::start(*sys, cfg);
   BOOST_REQUIRE(eng);
   BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 1); }));
