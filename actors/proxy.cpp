@@ -537,6 +537,14 @@ void replace(proxy_pointer self, const domain_reading& r) {
     });
 }
 
+// A read-back answered (the domain or an error): counted with its time, and
+// pushed whatever it changed if an operator asked for it.
+void count_read(proxy_state& st, uint32_t took_ms, bool asked) {
+  st.publish_next = asked;
+  ++st.status.polls;
+  st.status.last_poll_ms = took_ms;
+}
+
 // One read-back now, or (a step in flight) right after that step.
 void poll(proxy_pointer self) {
   auto& st = self->state;
@@ -566,17 +574,13 @@ void poll(proxy_pointer self) {
     },
     [self, took, asked](domain_reading& r) {
       transition(self, proxy_activity::idle, [&] {
-        self->state.publish_next = asked;
-        ++self->state.status.polls;
-        self->state.status.last_poll_ms = took();
+        count_read(self->state, took(), asked);
         apply_reading(self, r);
       });
     },
     [self, took, asked](const caf::error& err) {
       transition(self, proxy_activity::idle, [&] {
-        self->state.publish_next = asked;
-        ++self->state.status.polls;
-        self->state.status.last_poll_ms = took();
+        count_read(self->state, took(), asked);
         record_error(self, err, false);
       });
     });

@@ -58,9 +58,16 @@ struct fixture : test::det_fixture {
     return link;
   }
 
-  // A sink that keeps every link_status pushed to it.
-  status_sink_actor spawn_status_log(std::shared_ptr<std::vector<link_status>> pushes) {
-    return sys.spawn([pushes]() -> status_sink_actor::behavior_type {
+  // A link (30 s budget, 3 calls) whose sink keeps every link_status it
+  // pushes, once its push of "up" has arrived.
+  struct logged_link {
+    std::shared_ptr<std::vector<link_status>> pushes;
+    status_sink_actor sink;
+    host_link_actor link;
+  };
+  logged_link spawn_logged_link() {
+    auto pushes = std::make_shared<std::vector<link_status>>();
+    auto sink = sys.spawn([pushes]() -> status_sink_actor::behavior_type {
       return {
         [pushes](link_status& s) { pushes->push_back(std::move(s)); },
         [](proxy_status&) {},
@@ -68,6 +75,11 @@ struct fixture : test::det_fixture {
         [](proxy_health&) {},
       };
     });
+    auto link = spawn_link(30s, 3, 1, sink);
+    BOOST_REQUIRE(run_until([&] {
+      return !pushes->empty() && pushes->back().state == link_state::up;
+    }));
+    return {pushes, sink, link};
   }
 
   host_link_state& link_of(const host_link_actor& h) {
@@ -490,12 +502,7 @@ BOOST_AUTO_TEST_CASE(spec_18_a_link_dying_before_it_serves_backs_off_further_eac
 // counts_delay, not per call, while a change of state is pushed at once.
 // Before: 40 calls made over 80 pushes.
 BOOST_AUTO_TEST_CASE(spec_26_call_counts_are_pushed_once_per_delay_not_per_call) {
-  auto pushes = std::make_shared<std::vector<link_status>>();
-  auto sink = spawn_status_log(pushes);
-  auto link = spawn_link(30s, 3, 1, sink);
-  BOOST_REQUIRE(run_until([&] {
-    return !pushes->empty() && pushes->back().state == link_state::up;
-  }));
+  auto [pushes, sink, link] = spawn_logged_link();
   auto at_up = pushes->size();
   for (int round = 0; round < 20; ++round) {
     std::vector<std::shared_ptr<outcome>> outs;
@@ -528,12 +535,7 @@ BOOST_AUTO_TEST_CASE(spec_26_call_counts_are_pushed_once_per_delay_not_per_call)
 // sink within the counts' delay though no call follows it (a host at rest).
 // Before: it waited for the link's next push of another kind.
 BOOST_AUTO_TEST_CASE(spec_26_a_domain_events_count_is_pushed_without_a_call) {
-  auto pushes = std::make_shared<std::vector<link_status>>();
-  auto sink = spawn_status_log(pushes);
-  auto link = spawn_link(30s, 3, 1, sink);
-  BOOST_REQUIRE(run_until([&] {
-    return !pushes->empty() && pushes->back().state == link_state::up;
-  }));
+  auto [pushes, sink, link] = spawn_logged_link();
   // Whatever push the dial left due goes first: the link is at rest then.
   sched.advance_time(link_of(link).opts.counts_delay);
   sched.run();
