@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "actors/gateway.hpp"
 #include "actors/health.hpp"
 #include "actors/host_link.hpp"
 #include "actors/image.hpp"
@@ -46,6 +47,7 @@ config_diff diff(const engine_config& from, const engine_config& to) {
                      || from.address_grace != to.address_grace
                      || from.redial_min != to.redial_min || from.redial_max != to.redial_max;
   d.probe_changed = !(from.probe == to.probe);
+  d.gateway_changed = !(from.gateway == to.gateway);
   for (auto& h : to.hosts) {
     auto old = by_name(from.hosts, h.name);
     if (!old)
@@ -91,6 +93,8 @@ std::string config_diff::summary() const {
     out += "; images ~" + names(images_changed);
   if (probe_changed)
     out += "; probe settings";
+  if (gateway_changed)
+    out += "; gateway settings";
   return out;
 }
 
@@ -100,16 +104,50 @@ const host_config& host_of(fleet_pointer self, const std::string& name) {
   return *by_name(self->state.cfg.hosts, name); // validated: every proxy names a host
 }
 
-// Records a push in the view and sends what it changed to every watcher
-// (none: nothing is built to be sent).
-template <class Status>
-void record(fleet_pointer self, Status now) {
+// The rotation reaches its followers (the gateway, GET /rotation) at most
+// once per publish_delay: the joins and leaves of one burst (a link's death,
+// a reload) become one snapshot, and a change is never older than this when
+// it leaves the fleet.
+constexpr auto publish_delay = std::chrono::milliseconds(20);
+
+void note_rotation(fleet_pointer self) {
   auto& st = self->state;
-  for (auto& ev : st.view.record(std::move(now), !st.watchers.empty())) {
+  if (st.publish_armed || st.view.rotation().generation() == st.published)
+    return;
+  st.publish_armed = true;
+  self->delayed_send(self, publish_delay, atom::rotation_v, atom::poll_v);
+}
+
+void publish_rotation(fleet_pointer self) {
+  auto& st = self->state;
+  st.publish_armed = false;
+  auto snap = st.view.rotation().snapshot(st.cfg.node);
+  st.published = snap->generation;
+  for (auto& f : st.followers)
+    self->send(f, snap);
+}
+
+// Sends the events a change of the view made to every watcher (none are
+// built while nobody watches), and schedules the rotation's publication if
+// it changed.
+void tell(fleet_pointer self, std::vector<engine_event> events) {
+  auto& st = self->state;
+  for (auto& ev : events) {
     ev.node = st.cfg.node;
     for (auto& w : st.watchers)
       self->send(w, ev);
   }
+  note_rotation(self);
+}
+
+bool watched(fleet_pointer self) {
+  return !self->state.watchers.empty();
+}
+
+// Records a push in the view and sends what it changed to every watcher.
+template <class Status>
+void record(fleet_pointer self, Status now) {
+  tell(self, self->state.view.record(std::move(now), watched(self)));
 }
 
 // The link's calls and connections follow plan_calls (actors/transport_choice):
@@ -237,7 +275,7 @@ void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
   self->monitor(proxy);
   st.proxies[p.name] = proxy;
   st.view.spawned("proxy/" + p.name);
-  st.view.declare_proxy(p.name, true);
+  st.view.declare_proxy(p);
 }
 
 // Ends a proxy's actor without touching its VM: the VM is adopted by mark
@@ -248,9 +286,58 @@ void retire_proxy(fleet_pointer self, const std::string& name) {
     self->send_exit(i->second, caf::exit_reason::user_shutdown);
     st.proxies.erase(i);
   }
-  st.view.forget_proxy(name);
-  st.view.declare_proxy(name, false);
+  st.retiring.erase(name);
+  tell(self, st.view.undeclare_proxy(name, watched(self)));
+  tell(self, st.view.forget_proxy(name, watched(self)));
   self->send(st.health, atom::forget_v, name);
+}
+
+// -- drain before delete ----------------------------------------------------------
+
+// What the gateway's answer is awaited for at most: its drain grace, then
+// one sync.
+caf::timespan drain_bound(const gateway_config& g) {
+  return g.drain_grace + 2 * g.call_budget + std::chrono::seconds(1);
+}
+
+// Leaves the rotation now (the gateway stops sending it connections),
+// then, once the gateway has drained them (or cannot be reached), runs
+// `then` for each proxy still retiring under this drain. Without a gateway
+// `then` runs at once. The proxies keep their actors meanwhile: a proxy's
+// VM is only ever deleted or replaced after its drain (docs/spec.md 30).
+void drain_then(fleet_pointer self, const std::vector<std::string>& names,
+                std::function<void(const std::string&)> then) {
+  auto& st = self->state;
+  if (!st.gateway || names.empty()) {
+    for (auto& n : names)
+      then(n);
+    return;
+  }
+  auto id = ++st.drains;
+  for (auto& n : names) {
+    st.retiring[n] = id;
+    tell(self, st.view.set_retiring(n, true, watched(self)));
+    self->send(st.health, atom::forget_v, n);
+  }
+  // The rotation without them goes out now, not after the publish delay:
+  // the gateway syncs with the drain request and this snapshot together.
+  publish_rotation(self);
+  auto finish = [self, names, id, then](const char* how) {
+    auto& st = self->state;
+    for (auto& n : names) {
+      auto i = st.retiring.find(n);
+      if (i == st.retiring.end() || i->second != id)
+        continue; // retired meanwhile, or drained again by a later change
+      log::info("gateway", n + ": " + how);
+      then(n);
+    }
+  };
+  self->request(st.gateway, drain_bound(st.cfg.gateway), atom::drain_v, names)
+    .then(
+      [finish](bool drained) {
+        finish(drained ? "drained out of HAProxy" : "HAProxy unreachable: not drained");
+      },
+      [finish](caf::error&) { finish("the gateway did not answer its drain in time"); });
 }
 
 // The test driver invents addresses (192.168.122.x): a probe from the engine
@@ -287,6 +374,36 @@ void spawn_health(fleet_pointer self) {
     self->send(st.health, s);
 }
 
+void add_follower(fleet_pointer self, rotation_follower_actor f) {
+  auto& st = self->state;
+  self->monitor(f);
+  self->send(f, st.view.rotation().snapshot(st.cfg.node));
+  st.followers.push_back(std::move(f));
+}
+
+// The gateway follows the rotation like any follower; its status comes
+// back as pushes.
+void spawn_gateway(fleet_pointer self) {
+  auto& st = self->state;
+  gateway_options o;
+  o.cfg = st.cfg.gateway;
+  o.sink = status_sink_actor{self};
+  st.gateway = self->spawn(make_gateway, std::move(o));
+  st.view.spawned("gateway/" + st.cfg.gateway.socket);
+  add_follower(self, caf::actor_cast<rotation_follower_actor>(st.gateway));
+}
+
+void retire_gateway(fleet_pointer self) {
+  auto& st = self->state;
+  if (!st.gateway)
+    return;
+  auto addr = st.gateway.address();
+  std::erase_if(st.followers, [&](auto& f) { return f.address() == addr; });
+  self->send_exit(st.gateway, caf::exit_reason::user_shutdown);
+  st.gateway = nullptr;
+  record(self, gateway_status{}); // off
+}
+
 // "10.0.0.5:8888" or "[fd00::5]:8888": where a proxy's clients connect.
 std::string endpoint_of(const proxy_status& s, uint32_t port) {
   if (s.address.empty())
@@ -298,7 +415,7 @@ std::string endpoint_of(const proxy_status& s, uint32_t port) {
 void tell_health(fleet_pointer self, const proxy_status& s) {
   auto& st = self->state;
   auto spec = by_name(st.cfg.proxies, s.name);
-  if (!spec)
+  if (!spec || st.retiring.contains(s.name))
     return;
   auto copy = s;
   copy.address = endpoint_of(s, spec->port);
@@ -320,6 +437,11 @@ void collect_on(fleet_pointer self, const host_config& h,
   for (auto& p : st.cfg.proxies)
     if (p.host == h.name)
       req.declared.insert(p.name);
+  // A proxy still draining keeps its VM until the drain ends and it retires.
+  for (auto& [name, _] : st.retiring)
+    if (auto i = st.view.proxies().find(name);
+        i != st.view.proxies().end() && i->second.host == h.name)
+      req.declared.insert(name);
   link_call<gc_report>(
     self, st.links.at(h.name), caller_timeout(h), "gc",
     [req](lv::connection& c) { return provision::collect(c, req); },
@@ -402,6 +524,21 @@ constexpr auto gc_period = std::chrono::minutes(10);
 
 // -- reload ---------------------------------------------------------------------
 
+// Whether a changed proxy's VM is deleted and made anew (its spec or one of
+// its images changed), not adopted by its new actor.
+bool vm_replaced(const engine_config& from, const engine_config& to, const config_diff& d,
+                 const std::string& name) {
+  auto before = by_name(from.proxies, name);
+  auto after = by_name(to.proxies, name);
+  if (!before || !after || !(*before == *after))
+    return true;
+  auto imgs = after->images();
+  return std::any_of(imgs.begin(), imgs.end(), [&](auto& i) {
+    return std::find(d.images_changed.begin(), d.images_changed.end(), i)
+           != d.images_changed.end();
+  });
+}
+
 caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   auto& st = self->state;
   if (auto err = validate(next))
@@ -430,10 +567,15 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
                         + fixed + ": cannot change while running; restart the engine instead");
   auto d = diff(st.cfg, next);
   // Retire first, then build: a changed host's proxies need its new link.
-  for (auto& name : d.proxies_removed)
-    retire_proxy(self, name);
+  // A proxy whose VM goes (removed) or is replaced (its spec or an image
+  // changed) is drained in the gateway first and retired after; one whose
+  // host settings alone changed keeps its VM (adopted by the new actor).
+  std::vector<std::string> to_drain = d.proxies_removed;
   for (auto& name : d.proxies_changed)
-    retire_proxy(self, name);
+    if (vm_replaced(st.cfg, next, d, name))
+      to_drain.push_back(name);
+    else
+      retire_proxy(self, name);
   auto gone_hosts = d.hosts_removed;
   gone_hosts.insert(gone_hosts.end(), d.hosts_changed.begin(), d.hosts_changed.end());
   retire_images(self, d.images_changed, gone_hosts);
@@ -442,8 +584,13 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   st.cfg = std::move(next);
   if (d.probe_changed) {
     self->send_exit(st.health, caf::exit_reason::user_shutdown);
-    st.view.clear_rotation();
+    tell(self, st.view.clear_rotation(watched(self)));
     spawn_health(self);
+  }
+  if (d.gateway_changed) {
+    retire_gateway(self);
+    if (st.cfg.gateway.enabled)
+      spawn_gateway(self);
   }
   for (auto& h : st.cfg.hosts)
     if (!st.links.contains(h.name))
@@ -455,6 +602,11 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   if (d.probe_changed)
     for (auto& [_, s] : st.view.proxies())
       tell_health(self, s);
+  drain_then(self, to_drain, [self](const std::string& name) {
+    retire_proxy(self, name);
+    if (auto p = by_name(self->state.cfg.proxies, name); p && !self->state.stopping)
+      spawn_proxy(self, *p);
+  });
   st.view.reload_applied(d.summary());
   log::info("fleet", "reload " + st.view.last_reload());
   if (st.cfg.gc)
@@ -478,6 +630,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
   for (auto& h : st.cfg.hosts)
     spawn_link(self, h);
   spawn_health(self);
+  if (st.cfg.gateway.enabled)
+    spawn_gateway(self);
   for (auto& p : st.cfg.proxies)
     spawn_proxy(self, p);
   log::info("fleet", st.cfg.entry + ": " + std::to_string(st.links.size())
@@ -486,13 +640,13 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
   if (st.cfg.gc)
     self->send(self, atom::gc_v, atom::poll_v);
   self->set_down_handler([self](const caf::down_msg& msg) {
-    // A watcher that went away (a shell that quit or lost its connection).
+    // A watcher or a follower that went away (a shell that quit or lost its
+    // connection, the HTTP listener at exit).
     auto& ws = self->state.watchers;
-    auto before = ws.size();
-    ws.erase(std::remove_if(ws.begin(), ws.end(),
-                            [&](auto& w) { return w.address() == msg.source; }),
-             ws.end());
-    if (ws.size() != before)
+    auto before = ws.size() + self->state.followers.size();
+    std::erase_if(ws, [&](auto& w) { return w.address() == msg.source; });
+    std::erase_if(self->state.followers, [&](auto& f) { return f.address() == msg.source; });
+    if (ws.size() + self->state.followers.size() != before)
       return;
     if (self->state.stopping || !msg.reason
         || msg.reason == caf::exit_reason::user_shutdown)
@@ -518,15 +672,26 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       return self->delegate(i->second, atom::kill_v, std::string{"by operator"});
     },
     [self](atom::erase, const std::string& name) -> caf::result<proxy_status> {
-      auto i = self->state.proxies.find(name);
-      if (i == self->state.proxies.end())
+      if (!self->state.proxies.contains(name))
         return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
-      auto proxy = i->second;
-      // The proxy quits once its VM is gone; forget it now so that status
-      // and shutdown no longer wait for it.
-      self->state.proxies.erase(i);
-      self->send(self->state.health, atom::forget_v, name);
-      return self->delegate(proxy, atom::erase_v);
+      auto rp = self->make_response_promise<proxy_status>();
+      // Out of the gateway first; then the proxy deletes its VM and quits.
+      // It is forgotten at once, so that status and shutdown no longer wait
+      // for it.
+      drain_then(self, {name}, [self, rp](const std::string& n) mutable {
+        auto& st = self->state;
+        auto i = st.proxies.find(n);
+        if (i == st.proxies.end()) {
+          rp.deliver(make_error(ec::unknown_name, "proxy \"" + n + "\" retired meanwhile"));
+          return;
+        }
+        auto proxy = i->second;
+        st.proxies.erase(i);
+        st.retiring.erase(n);
+        self->send(st.health, atom::forget_v, n);
+        rp.delegate(proxy, atom::erase_v);
+      });
+      return rp;
     },
     [self](atom::reload, engine_config& next) -> caf::result<std::string> {
       auto& st = self->state;
@@ -586,6 +751,18 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       self->state.subscribers.push_back(s);
       self->send(self->state.health, atom::subscribe_v, std::move(s));
     },
+    [self](atom::subscribe, rotation_follower_actor& f) { add_follower(self, std::move(f)); },
+    [self](atom::rotation) {
+      auto& st = self->state;
+      return *st.view.rotation().snapshot(st.cfg.node);
+    },
+    [self](atom::rotation, atom::poll) { publish_rotation(self); },
+    [self](gateway_status& s) {
+      // A replaced gateway's last words are not news.
+      if (self->state.gateway
+          && self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(self->state.gateway))
+        record(self, std::move(s));
+    },
     [self](atom::shutdown) {
       auto& st = self->state;
       st.stopping = true;
@@ -604,6 +781,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       for (auto& [_, l] : st.links)
         self->send_exit(l, caf::exit_reason::user_shutdown);
       self->send_exit(st.health, caf::exit_reason::user_shutdown);
+      if (st.gateway)
+        self->send_exit(st.gateway, caf::exit_reason::user_shutdown);
       self->quit();
       return true;
     },

@@ -55,6 +55,14 @@ struct fleet_state {
   // reload that changed the probe settings.
   std::vector<rotation_events_actor> subscribers;
   std::vector<engine_events_actor> watchers; // caf-shell watch, monitored
+  std::vector<rotation_follower_actor> followers; // the rotation's (monitored)
+  gateway_actor gateway; // with engine.gateway; also a follower
+  uint64_t published = 0;     // the rotation generation last sent to followers
+  bool publish_armed = false; // a publication is due within publish_delay
+  // Proxies the fleet is about to delete or replace, drained in the gateway
+  // first: name -> the drain's number (a later drain of the name wins).
+  std::map<std::string, uint64_t> retiring;
+  uint64_t drains = 0;
   fleet_view view; // the pushes, the metrics' counters, the events
   bool gc_done = false; // the first pass after start succeeded everywhere
   std::set<std::string> gc_owed; // hosts whose last collection failed
@@ -80,6 +88,7 @@ struct config_diff {
   std::vector<std::string> proxies_added, proxies_removed, proxies_changed;
   bool engine_changed = false; // poll interval, grace, redial: every actor anew
   bool probe_changed = false;  // a new health actor
+  bool gateway_changed = false; // a new gateway actor (or none)
 
   /// "+1 -0 ~2 proxies; hosts: ~hv2" (what the log and status show).
   std::string summary() const;

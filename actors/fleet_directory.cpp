@@ -86,6 +86,33 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     }
     out.push_back(std::move(e));
   }
+  if (st.gateway) {
+    auto& g = st.view.gateway();
+    auto e = entry(st, "gateway", st.cfg.gateway.socket, caf::actor_cast<caf::actor>(st.gateway));
+    e.row.state = to_string(g.state);
+    if (!g.reason.empty())
+      e.row.state += " (" + g.reason + ")";
+    for (auto& b : g.backends)
+      e.row.details.push_back(kv("backend " + b.name + (b.tag.empty() ? "" : " (tag " + b.tag + ")"),
+                                 std::to_string(b.servers) + " of " + std::to_string(b.desired)
+                                   + " serving, " + std::to_string(b.draining) + " draining"));
+    e.row.details.push_back(kv("rotation generation applied", g.generation));
+    e.row.details.push_back(kv("syncs", g.syncs));
+    e.row.details.push_back(kv("last sync", g.last_sync_at.empty()
+                                               ? std::string{"never"}
+                                               : g.last_sync_at + " in "
+                                                   + std::to_string(g.last_sync_ms) + " ms"));
+    e.row.details.push_back(kv("commands accepted", g.commands));
+    e.row.details.push_back(kv("commands refused", g.refused));
+    e.row.details.push_back(kv("resyncs (HAProxy had lost servers)", g.resyncs));
+    e.row.details.push_back(kv("drains", g.drains));
+    e.row.details.push_back(kv("socket errors", std::to_string(g.errors_gone) + " gone, "
+                                                  + std::to_string(g.errors_timeout) + " timeout, "
+                                                  + std::to_string(g.errors_garbage) + " garbage"));
+    if (g.retry_in_ms > 0)
+      e.row.details.push_back(kv("retry in ms", static_cast<uint64_t>(g.retry_in_ms)));
+    out.push_back(std::move(e));
+  }
   if (st.health) {
     auto e = entry(st, "health", "health", caf::actor_cast<caf::actor>(st.health));
     size_t in = 0;

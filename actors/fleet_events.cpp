@@ -72,14 +72,39 @@ std::vector<engine_event> events_between(const proxy_status* before, const proxy
   return {event("proxy", now.name, what)};
 }
 
-std::vector<engine_event> events_between(const proxy_health* before, const proxy_health& now) {
-  bool was = before && before->in_rotation;
-  if (was == now.in_rotation)
+engine_event rotation_event_of(const rotation_book::change& c, const std::string& why) {
+  auto& m = c.member;
+  std::string what = c.joined ? "joined" : "left";
+  if (c.joined) {
+    what += " at " + (m.address.find(':') != std::string::npos ? "[" + m.address + "]"
+                                                                : m.address)
+            + ":" + std::to_string(m.port);
+    if (!m.tags.empty()) {
+      what += ", tags";
+      for (auto& t : m.tags)
+        what += " " + t;
+    }
+  }
+  what += ", generation " + std::to_string(c.generation);
+  if (!why.empty())
+    what += " (" + why + ")";
+  return event("rotation", m.name, what);
+}
+
+std::vector<engine_event> events_between(const gateway_status* before, const gateway_status& now) {
+  if (before && before->state == now.state && before->reason == now.reason)
     return {};
-  std::string what = now.in_rotation ? "joined" : "left";
-  if (!now.last_probe.empty())
-    what += " (" + now.last_probe + ")";
-  return {event("rotation", now.name, what)};
+  std::string what = to_string(now.state);
+  if (now.state == haproxy_state::in_sync) {
+    uint32_t servers = 0;
+    for (auto& b : now.backends)
+      servers += b.servers;
+    what += ": " + std::to_string(servers) + " server(s) in " + std::to_string(now.backends.size())
+            + " backend(s), generation " + std::to_string(now.generation);
+  }
+  if (!now.reason.empty())
+    what += ": " + now.reason;
+  return {event("gateway", now.socket, what)};
 }
 
 } // namespace egress

@@ -2,6 +2,7 @@
 // format 0.0.4, rendered on request from the view's last statuses and the
 // counters it accumulated from the pushes. A scrape costs one message to the
 // fleet and nothing else.
+#include <algorithm>
 #include <cstdio>
 
 #include "actors/fleet_view.hpp"
@@ -90,6 +91,65 @@ std::string kv(const char* key, const std::string& value) {
 
 } // namespace
 
+namespace {
+
+void gateway_metrics(exposition& x, const gateway_status& g) {
+  x.family("egress_gateway_state", "gauge",
+           "1 for the state the gateway's HAProxy is in (off without engine.gateway).");
+  for (auto state : {haproxy_state::off, haproxy_state::connecting, haproxy_state::in_sync,
+                     haproxy_state::out_of_sync, haproxy_state::unreachable}) {
+    std::string name = to_string(state);
+    std::replace(name.begin(), name.end(), ' ', '_');
+    x.sample("egress_gateway_state", kv("state", name), g.state == state ? 1 : 0);
+  }
+  struct per_backend {
+    const char* name;
+    const char* help;
+    uint32_t gateway_backend_status::*field;
+  };
+  static const per_backend backend_families[] = {
+    {"egress_gateway_servers", "Proxies of the rotation HAProxy serves in this backend.",
+     &gateway_backend_status::servers},
+    {"egress_gateway_desired", "Proxies of the rotation this backend should serve.",
+     &gateway_backend_status::desired},
+    {"egress_gateway_draining", "Servers that left the rotation, their connections in flight "
+                                "still running (up to the drain grace).",
+     &gateway_backend_status::draining},
+  };
+  for (auto& f : backend_families) {
+    x.family(f.name, "gauge", f.help);
+    for (auto& b : g.backends)
+      x.sample(f.name, kv("backend", b.name), static_cast<double>(b.*(f.field)));
+  }
+  struct counter {
+    const char* name;
+    const char* help;
+    uint64_t value;
+  };
+  const counter counters[] = {
+    {"egress_gateway_syncs_total", "Syncs that reached HAProxy.", g.syncs},
+    {"egress_gateway_commands_total", "Commands HAProxy accepted.", g.commands},
+    {"egress_gateway_refused_total", "Commands HAProxy refused.", g.refused},
+    {"egress_gateway_resyncs_total",
+     "Syncs that found servers of the rotation missing (HAProxy restarted or reloaded).",
+     g.resyncs},
+    {"egress_gateway_drains_total", "Servers removed from HAProxy after their drain.", g.drains},
+  };
+  for (auto& c : counters) {
+    x.family(c.name, "counter", c.help);
+    x.sample(c.name, "", static_cast<double>(c.value));
+  }
+  x.family("egress_gateway_errors_total", "counter",
+           "Syncs that could not talk to HAProxy, by cause.");
+  x.sample("egress_gateway_errors_total", kv("cause", "gone"), static_cast<double>(g.errors_gone));
+  x.sample("egress_gateway_errors_total", kv("cause", "timeout"),
+           static_cast<double>(g.errors_timeout));
+  x.sample("egress_gateway_errors_total", kv("cause", "garbage"),
+           static_cast<double>(g.errors_garbage));
+}
+
+} // namespace
+
 std::string fleet_view::metrics() const {
   exposition x;
 
@@ -168,16 +228,17 @@ std::string fleet_view::metrics() const {
   for (auto& [phase, n] : phases)
     x.sample("egress_proxies", kv("phase", phase), static_cast<double>(n));
   x.family("egress_rotation_size", "gauge", "Proxies in the rotation (passing their probes).");
-  uint64_t in = 0;
-  for (auto& [name, h] : health_)
-    in += h.in_rotation && declared_.contains(name) ? 1 : 0;
-  x.sample("egress_rotation_size", "", static_cast<double>(in));
+  x.sample("egress_rotation_size", "", static_cast<double>(rotation_.size()));
+  x.family("egress_rotation_generation", "counter",
+           "Joins and leaves of the rotation so far (GET /rotation's generation).");
+  x.sample("egress_rotation_generation", "", static_cast<double>(rotation_.generation()));
   x.family("egress_probe_duration_seconds", "histogram",
            "Latency of passing probes (a request through the proxy).");
   x.histogram_of("egress_probe_duration_seconds", probe_seconds_);
   x.family("egress_reconcile_duration_seconds", "histogram",
            "A reconcile read-back of one proxy (its VM state and address through the host link), from the request to the answer.");
   x.histogram_of("egress_reconcile_duration_seconds", reconcile_seconds_);
+  gateway_metrics(x, gateway_);
   x.family("egress_reloads_total", "counter", "Configurations applied after the first.");
   x.sample("egress_reloads_total", "", static_cast<double>(reloads_));
   return x.take();

@@ -1,5 +1,8 @@
 #include "actors/fleet_view.hpp"
 
+#include <cstdlib>
+#include <tuple>
+
 #include "base/time_text.hpp"
 
 namespace egress {
@@ -50,7 +53,60 @@ std::vector<engine_event> fleet_view::record(proxy_health h, bool watched) {
   if (h.probes_ok > (i == health_.end() ? 0 : i->second.probes_ok))
     probe_seconds_.observe(h.probe_ms / 1000.0);
   auto key = h.name;
-  return store(health_, key, std::move(h), watched);
+  health_[key] = std::move(h);
+  return place(key, watched);
+}
+
+std::vector<engine_event> fleet_view::record(gateway_status s, bool watched) {
+  std::vector<engine_event> out;
+  if (watched)
+    out = events_between(&gateway_, s);
+  gateway_ = std::move(s);
+  return out;
+}
+
+namespace {
+
+// "10.0.0.5:8888" or "[fd00::5]:8888" (the health actor's endpoint) as
+// (address, port).
+std::pair<std::string, uint32_t> split_endpoint(const std::string& ep) {
+  auto colon = ep.rfind(':');
+  if (colon == std::string::npos)
+    return {ep, 0};
+  auto host = ep.substr(0, colon);
+  if (host.size() > 1 && host.front() == '[')
+    host = host.substr(1, host.size() - 2);
+  return {host, static_cast<uint32_t>(std::strtoul(ep.c_str() + colon + 1, nullptr, 10))};
+}
+
+} // namespace
+
+std::vector<engine_event> fleet_view::place(const std::string& name, bool watched) {
+  auto h = health_.find(name);
+  auto d = declared_.find(name);
+  std::optional<rotation_book::change> c;
+  std::string why;
+  if (h != health_.end() && h->second.in_rotation && d != declared_.end()
+      && !retiring_.contains(name)) {
+    rotation_member m;
+    m.name = name;
+    m.host = h->second.host;
+    std::tie(m.address, m.port) = split_endpoint(h->second.address);
+    m.tags = d->second.tags;
+    m.probe_ms = h->second.probe_ms;
+    c = rotation_.put(std::move(m));
+    why = h->second.last_probe;
+  } else {
+    c = rotation_.remove(name);
+    why = retiring_.contains(name) ? "retiring: drained before its VM is deleted or replaced"
+          : d == declared_.end()   ? "no longer declared"
+          : h == health_.end()     ? "retired"
+          : h->second.drained      ? "drained by operator"
+                                   : h->second.last_probe;
+  }
+  if (!c || !watched)
+    return {};
+  return {rotation_event_of(*c, why)};
 }
 
 void fleet_view::forget_link(const std::string& host) {
@@ -61,21 +117,39 @@ void fleet_view::forget_image(const std::string& key) {
   images_.erase(key);
 }
 
-void fleet_view::forget_proxy(const std::string& name) {
+std::vector<engine_event> fleet_view::forget_proxy(const std::string& name, bool watched) {
   proxies_.erase(name);
   health_.erase(name);
+  retiring_.erase(name);
+  return place(name, watched);
 }
 
-void fleet_view::clear_rotation() {
-  for (auto& [_, h] : health_)
+std::vector<engine_event> fleet_view::clear_rotation(bool watched) {
+  std::vector<engine_event> out;
+  for (auto& [name, h] : health_) {
     h.in_rotation = false;
+    for (auto& ev : place(name, watched))
+      out.push_back(std::move(ev));
+  }
+  return out;
 }
 
-void fleet_view::declare_proxy(const std::string& name, bool declared) {
-  if (declared)
-    declared_.insert(name);
+void fleet_view::declare_proxy(const proxy_spec& p) {
+  declared_[p.name] = {p.tags, p.port};
+}
+
+std::vector<engine_event> fleet_view::undeclare_proxy(const std::string& name, bool watched) {
+  declared_.erase(name);
+  return place(name, watched);
+}
+
+std::vector<engine_event> fleet_view::set_retiring(const std::string& name, bool retiring,
+                                                   bool watched) {
+  if (retiring)
+    retiring_.insert(name);
   else
-    declared_.erase(name);
+    retiring_.erase(name);
+  return place(name, watched);
 }
 
 void fleet_view::spawned(const std::string& what) {
@@ -111,15 +185,17 @@ fleet_status fleet_view::status(const std::string& node, const std::string& entr
       p.probe_streak = h->second.streak;
       p.last_probe = h->second.last_probe;
       p.probe_ms = h->second.probe_ms;
-      if (p.in_rotation)
-        out.rotation.push_back(name);
     }
     out.proxies.push_back(std::move(p));
   }
+  for (auto& m : rotation_.snapshot(node)->members)
+    out.rotation.push_back(m.name);
   for (auto& [_, s] : images_)
     out.images.push_back(s);
   out.reloads = reloads_;
   out.last_reload = last_reload_;
+  out.generation = rotation_.generation();
+  out.gateway = gateway_;
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/rotation_book.hpp"
 #include "messages/types.hpp"
 
 namespace egress {
@@ -40,18 +41,32 @@ public:
   std::vector<engine_event> record(image_status s, bool watched);
   std::vector<engine_event> record(proxy_status s, bool watched);
   std::vector<engine_event> record(proxy_health h, bool watched);
+  std::vector<engine_event> record(gateway_status s, bool watched);
 
-  /// A retired actor's entries go (a proxy's health with it).
+  /// A retired actor's entries go (a proxy's health and rotation place
+  /// with it).
   void forget_link(const std::string& host);
   void forget_image(const std::string& key); // "<image>@<host>"
-  void forget_proxy(const std::string& name);
+  std::vector<engine_event> forget_proxy(const std::string& name, bool watched = false);
 
   /// A new health actor: every proxy re-earns its place in the rotation.
-  void clear_rotation();
+  std::vector<engine_event> clear_rotation(bool watched = false);
 
-  /// Declared proxies count in the metrics; an erased one keeps its last
-  /// status (phase deleted) in the view, but is no longer declared.
-  void declare_proxy(const std::string& name, bool declared);
+  /// Declared proxies count in the metrics and may be in the rotation (with
+  /// their spec's tags and port); an erased one keeps its last status (phase
+  /// deleted) in the view, but is no longer declared.
+  void declare_proxy(const proxy_spec& p);
+  std::vector<engine_event> undeclare_proxy(const std::string& name, bool watched = false);
+
+  /// A proxy the fleet is about to delete or replace leaves the rotation
+  /// (and, through it, the gateway) whatever its probes say, until its
+  /// actor is retired.
+  std::vector<engine_event> set_retiring(const std::string& name, bool retiring,
+                                         bool watched = false);
+  bool retiring(const std::string& name) const { return retiring_.contains(name); }
+
+  /// The rotation as its consumers see it (rotation_book).
+  const rotation_book& rotation() const { return rotation_; }
 
   /// An actor was spawned now ("link/hv1", "image/base@hv1", "proxy/px-1",
   /// "health/health"): the inspector's directory shows when.
@@ -73,13 +88,25 @@ public:
   const std::map<std::string, image_status>& images() const { return images_; }
   const std::map<std::string, proxy_status>& proxies() const { return proxies_; }
   const std::map<std::string, proxy_health>& health() const { return health_; }
+  const gateway_status& gateway() const { return gateway_; }
 
 private:
+  /// Puts `name` into the rotation or takes it out, from its health, its
+  /// declaration and whether it retires; the events a watcher sees.
+  std::vector<engine_event> place(const std::string& name, bool watched);
+
   std::map<std::string, link_status> links_;
   std::map<std::string, image_status> images_; // by "<image>@<host>"
   std::map<std::string, proxy_status> proxies_;
   std::map<std::string, proxy_health> health_;
-  std::set<std::string> declared_;
+  gateway_status gateway_;
+  struct declared {
+    std::vector<std::string> tags;
+    uint32_t port = 0;
+  };
+  std::map<std::string, declared> declared_;
+  std::set<std::string> retiring_;
+  rotation_book rotation_;
   std::map<std::string, std::string> spawned_;
   uint64_t reloads_ = 0;
   std::string last_reload_;
@@ -94,6 +121,9 @@ private:
 std::vector<engine_event> events_between(const link_status* before, const link_status& now);
 std::vector<engine_event> events_between(const image_status* before, const image_status& now);
 std::vector<engine_event> events_between(const proxy_status* before, const proxy_status& now);
-std::vector<engine_event> events_between(const proxy_health* before, const proxy_health& now);
+std::vector<engine_event> events_between(const gateway_status* before, const gateway_status& now);
+/// A join or leave of the rotation, with its generation; `why` is the last
+/// probe or the reason it left.
+engine_event rotation_event_of(const rotation_book::change& c, const std::string& why);
 
 } // namespace egress

@@ -156,7 +156,7 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
               // actor's to report.
               if ((kind.empty() || kind == "call")
                   && (d.row.kind == "link" || d.row.kind == "image"
-                      || d.row.kind == "health"))
+                      || d.row.kind == "health" || d.row.kind == "gateway"))
                 job->owners.push_back(d);
               if (kind.empty() || d.row.kind == kind) {
                 job->rows.push_back(std::move(d.row));

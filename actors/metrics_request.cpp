@@ -1,6 +1,7 @@
 #include "actors/metrics_request.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 namespace egress {
 
@@ -26,7 +27,29 @@ scrape_request parse_scrape_request(std::string_view buf) {
   out.state = scrape_request::verdict::complete;
   out.method = std::string{line.substr(0, sp1)};
   auto path = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  out.path = std::string{path.substr(0, path.find('?'))};
+  auto q = path.find('?');
+  out.path = std::string{path.substr(0, q)};
+  if (q != std::string_view::npos)
+    out.query = std::string{path.substr(q + 1)};
+  return out;
+}
+
+after_query parse_after(std::string_view query) {
+  after_query out;
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (!pair.starts_with("after="))
+      continue;
+    auto digits = pair.substr(6);
+    out.given = true;
+    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(),
+                                      out.generation);
+    out.valid = !digits.empty() && err == std::errc{} && end == digits.data() + digits.size();
+    if (!out.valid)
+      return out;
+  }
   return out;
 }
 

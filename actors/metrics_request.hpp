@@ -5,6 +5,7 @@
 // anything.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,7 @@ struct scrape_request {
   verdict state = verdict::incomplete;
   std::string method; // complete only
   std::string path;   // without a query
+  std::string query;  // after the '?', "" without one
 };
 
 /// Reads `buf` (everything the client sent): complete once a blank line
@@ -26,5 +28,16 @@ struct scrape_request {
 /// max_request_bytes without one. Pure: tests/unit/metrics_server.cpp and
 /// the fuzz target feed it anything.
 scrape_request parse_scrape_request(std::string_view buf);
+
+/// What `?after=G` of GET /rotation asks: the generation to wait past.
+struct after_query {
+  bool valid = true;  // false: `after` is there but not a decimal number below 2^64
+  bool given = false; // `after` is there
+  uint64_t generation = 0;
+};
+
+/// Reads `after` from a query ("after=12", "x=1&after=12"); other keys are
+/// ignored. Pure, like parse_scrape_request.
+after_query parse_after(std::string_view query);
 
 } // namespace egress

@@ -1,17 +1,28 @@
 #pragma once
-// The Prometheus endpoint: a CAF broker (the middleman's own I/O loop, no
-// thread of its own) that answers `GET /metrics` with the fleet's text
-// exposition. It binds one loopback address (the config refuses others: the
-// endpoint has no authentication) and serves one request per connection.
+// The engine's HTTP listener (engine.metrics): a CAF broker (the
+// middleman's own I/O loop, no thread of its own) that answers
+//   GET /metrics                the fleet's Prometheus text exposition;
+//   GET /rotation               the rotation as JSON (rotation_json);
+//   GET /rotation?after=G       the same, once its generation passes G
+//                               (at most wait_timeout; then the current one),
+//                               so that a consumer follows the rotation with
+//                               curl alone.
+// It binds one loopback address (the config refuses others: the listener
+// has no authentication) and serves one request per connection.
 //
 // Whoever can reach the port is unauthenticated, so nothing it sends decides
 // what the server holds (docs/spec.md 24): a request is at most
 // max_request_bytes, headers included; a connection that has not sent a
 // whole request within the idle timeout is closed; at most max_connections
-// are open, and one past that gets a 503 and is closed at once (logged, at
-// most once per 10 s, with a count); a connection's buffer goes with it,
-// whoever closes it; bytes after the request are not read (one response,
-// then a clean close).
+// are reading or being answered. At that cap, the oldest connection that has
+// sent no whole request within header_deadline is closed to admit the new
+// one, so idle connections held open (a slow-loris client) cannot keep a
+// real scrape out; only when none is that old is the new one refused with a
+// 503 (logged, at most once per 10 s, with a count). A long-poll waiter of
+// /rotation?after= has sent its request and is never taken for an idle one;
+// waiters have a cap of their own (max_waiters), past which a request gets a
+// 503. A connection's buffer goes with it, whoever closes it; bytes after
+// the request are not read (one response, then a clean close).
 
 #include <chrono>
 #include <cstdint>
@@ -36,21 +47,35 @@ struct metrics_server_options {
   uint16_t port = 9464; // 0: any free port
   size_t max_connections = 64;
   std::chrono::seconds idle_timeout{10};
+  /// At the cap, a connection without a whole request after this long is
+  /// closed to admit a new one.
+  std::chrono::milliseconds header_deadline{500};
+  size_t max_waiters = 64;
+  std::chrono::seconds wait_timeout{30};
   /// Set once the socket is bound: the port, or why it could not be bound.
   std::shared_ptr<std::promise<caf::expected<uint16_t>>> bound;
 };
 
 struct metrics_connection {
+  enum class phase : uint8_t {
+    reading,   // no whole request yet
+    answering, // a request is being answered
+    waiting,   // GET /rotation?after=G: until the generation passes G
+  };
   std::string buf;
   std::chrono::steady_clock::time_point since;
-  bool answering = false; // a complete request is being answered
+  phase now = phase::reading;
+  uint64_t after = 0;   // waiting: the generation to pass
+  bool head = false;    // waiting: a HEAD request
 };
 
 struct metrics_server_state {
   std::string name = "metrics-server";
   metrics_server_options opts;
   std::map<caf::io::connection_handle, metrics_connection> connections;
+  rotation_snapshot rotation; // the last the fleet published (for waiters)
   uint64_t refused = 0; // over the cap since the last log line
+  uint64_t evicted = 0; // idle ones closed at the cap since the last log line
   std::chrono::steady_clock::time_point last_refusal_log{};
 };
 

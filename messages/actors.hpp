@@ -5,6 +5,7 @@
 
 #include <any>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -44,6 +45,11 @@ struct blocking_work {
   std::function<caf::expected<std::any>()> fn;
 };
 
+/// The rotation as the fleet last published it: immutable and shared, so
+/// that every follower in this process reads one copy (a fleet of 10,000
+/// proxies is a megabyte of members). Never crosses the middleman.
+using rotation_snapshot = std::shared_ptr<const rotation_view>;
+
 /// One of the fleet's actors with its handle: what the inspector probes.
 /// The handle stays in this process; the shell gets actor_row only.
 struct directory_row {
@@ -62,6 +68,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<egress::directory_row>)
 // A whole configuration for a reload: holds durations and paths of this
 // machine, so it is local too (caf-shell asks the node to re-read its file).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::engine_config)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::rotation_snapshot)
 
 namespace egress {
 
@@ -72,13 +79,20 @@ using link_events_actor = caf::typed_actor<caf::reacts_to<link_down>>;
 using status_sink_actor = caf::typed_actor<caf::reacts_to<link_status>,
                                            caf::reacts_to<proxy_status>,
                                            caf::reacts_to<image_status>,
-                                           caf::reacts_to<proxy_health>>;
+                                           caf::reacts_to<proxy_health>,
+                                           caf::reacts_to<gateway_status>>;
 
 /// Receives engine_events (caf-shell's watch; may live on another node).
 using engine_events_actor = caf::typed_actor<caf::reacts_to<engine_event>>;
 
 /// Receives every change of the rotation (a proxy joined or left).
 using rotation_events_actor = caf::typed_actor<caf::reacts_to<rotation_event>>;
+
+/// Follows the rotation: gets the fleet's rotation_snapshot when it
+/// subscribes and after every change (at most one per 20 ms: the fleet
+/// gathers the changes of one burst into one snapshot). The gateway and the
+/// HTTP listener's GET /rotation follow it.
+using rotation_follower_actor = caf::typed_actor<caf::reacts_to<rotation_snapshot>>;
 
 // -- parts several interfaces share (composed with extend_with) -------------
 
@@ -194,6 +208,23 @@ using health_actor = status_interface<std::vector<proxy_health>>::extend_with<
   // Internal: the probe tick.
   caf::reacts_to<atom::poll>>;
 
+/// One per engine with engine.gateway: makes the servers of HAProxy's
+/// backends follow the rotation through HAProxy's runtime API, one sync at a
+/// time on a worker thread of its own under the gateway's call budget
+/// (actors/gateway.hpp).
+using gateway_actor = status_interface<gateway_status>::extend_with<call_ledger_interface>::extend<
+  // The rotation changed: a sync follows at once (or after the one in flight).
+  caf::reacts_to<rotation_snapshot>,
+  // Drains these proxies out of every backend before the engine deletes or
+  // replaces their VMs: no new connection at once, then removed once their
+  // sessions ended (or the drain grace passed). Answers true once they are
+  // gone from HAProxy, false at once when HAProxy cannot be reached (the
+  // fleet never waits on a gateway that is down).
+  caf::replies_to<atom::drain, std::vector<std::string>>::with<bool>,
+  // Internal: the timer of the next sync (resync, drain, or retry); the
+  // number tells a current timer from a stale one.
+  caf::reacts_to<atom::poll, uint64_t>>;
+
 /// The engine's root: desired state from config, status for everyone.
 using fleet_actor = status_interface<fleet_status>::extend<
   // Every actor the fleet runs, with its state and handle (the inspector's
@@ -222,6 +253,12 @@ using fleet_actor = status_interface<fleet_status>::extend<
   caf::replies_to<atom::metrics>::with<std::string>,
   // Adds a subscriber for rotation changes.
   caf::reacts_to<atom::subscribe, rotation_events_actor>,
+  // Adds a follower of the rotation (sent the current one at once).
+  caf::reacts_to<atom::subscribe, rotation_follower_actor>,
+  // The rotation now (GET /rotation, an embedding application).
+  caf::replies_to<atom::rotation>::with<rotation_view>,
+  // Internal: the rotation changed a moment ago; publish it to followers.
+  caf::reacts_to<atom::rotation, atom::poll>,
   // Adds a watcher of engine_events (dropped when it goes down).
   caf::reacts_to<atom::subscribe, engine_events_actor>,
   // Stops the engine: links are killed first (so no detached call stays
@@ -231,7 +268,8 @@ using fleet_actor = status_interface<fleet_status>::extend<
   caf::reacts_to<link_status>,
   caf::reacts_to<proxy_status>,
   caf::reacts_to<image_status>,
-  caf::reacts_to<proxy_health>>;
+  caf::reacts_to<proxy_health>,
+  caf::reacts_to<gateway_status>>;
 
 /// This node's inspection point: this process's actors only. The node actor
 /// below fronts it (and its peers') for caf-shell. Everything it answers is

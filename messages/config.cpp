@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -307,17 +308,24 @@ void check_probe(problems& out, const probe_config& p) {
   check_range(out, "engine.probe.fall", p.fall, probe_count_range);
 }
 
-// The numeric address of a listener; nullopt (reported) if it is not one.
-std::optional<bool> is_loopback(problems& out, const std::string& key, const listen_config& l) {
+// Whether a numeric IP address is a loopback one; nullopt if it is not a
+// numeric address.
+std::optional<bool> loopback_ip(const std::string& address) {
   in6_addr a6{};
   in_addr a4{};
-  bool v4 = ::inet_pton(AF_INET, l.address.c_str(), &a4) == 1;
-  bool v6 = !v4 && ::inet_pton(AF_INET6, l.address.c_str(), &a6) == 1;
-  if (!v4 && !v6) {
-    out.add(key + ".address", "expected a numeric IP address, got " + quote(l.address));
+  bool v4 = ::inet_pton(AF_INET, address.c_str(), &a4) == 1;
+  bool v6 = !v4 && ::inet_pton(AF_INET6, address.c_str(), &a6) == 1;
+  if (!v4 && !v6)
     return std::nullopt;
-  }
   return v4 ? (ntohl(a4.s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+// The numeric address of a listener; nullopt (reported) if it is not one.
+std::optional<bool> is_loopback(problems& out, const std::string& key, const listen_config& l) {
+  auto lo = loopback_ip(l.address);
+  if (!lo)
+    out.add(key + ".address", "expected a numeric IP address, got " + quote(l.address));
+  return lo;
 }
 
 // The metrics endpoint authenticates no one: loopback only.
@@ -395,6 +403,57 @@ void check_nodes(problems& out, const engine_config& cfg) {
   }
 }
 
+// engine.gateway: HAProxy's admin socket, and backends whose names can be
+// sent on its command line as they are (no space, no ';': the runtime API
+// splits commands there).
+void check_gateway(problems& out, const gateway_config& g) {
+  if (!g.enabled)
+    return;
+  const std::string key = "engine.gateway";
+  if (g.socket.empty()) {
+    out.add(at(key, "socket"), "required key is missing (HAProxy's admin socket: `stats "
+                               "socket PATH level admin` in haproxy.cfg, or IP:PORT on "
+                               "loopback)");
+  } else if (g.socket.front() == '/') {
+    bool printable = std::all_of(g.socket.begin(), g.socket.end(),
+                                 [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+    if (!printable || g.socket.size() > 107)
+      out.add(at(key, "socket"), "a socket path must be printable, without spaces, at most "
+                                 "107 bytes, got " + quote(g.socket));
+  } else if (auto hp = split_host_port(g.socket); !hp) {
+    out.add(at(key, "socket"), "expected an absolute path or IP:PORT, got " + quote(g.socket));
+  } else if (auto lo = loopback_ip(hp->first); !lo || !*lo) {
+    out.add(at(key, "socket"), quote(g.socket) + (lo ? " is not on a loopback address" :
+                                                       " does not name a numeric IP address")
+                                 + ": HAProxy's runtime API authenticates no one (use its "
+                                   "unix socket, or 127.0.0.1:PORT)");
+  }
+  if (g.backends.empty())
+    out.add(at(key, "backends"), "at least one backend is required");
+  std::vector<std::string> seen;
+  for (size_t i = 0; i < g.backends.size(); ++i) {
+    auto path = at(at(key, "backends"), i);
+    auto& b = g.backends[i];
+    bool ok = !b.name.empty() && b.name.size() <= 64
+              && std::all_of(b.name.begin(), b.name.end(), [](unsigned char c) {
+                   return std::isalnum(c) || c == '_' || c == '-' || c == '.' || c == ':';
+                 });
+    if (!ok)
+      out.add(at(path, "name"), "expected an HAProxy backend name ([A-Za-z0-9_.:-], 1 to 64 "
+                                "characters), got " + quote(b.name));
+    else if (contains(seen, b.name))
+      out.add(at(path, "name"), "backend " + quote(b.name) + " is named twice");
+    seen.push_back(b.name);
+    if (!b.tag.empty())
+      add_if(out, at(path, "tag"), egress::check_tag(at(path, "tag"), b.tag));
+  }
+  check_positive(out, at(key, "drain-grace"), g.drain_grace);
+  check_positive(out, at(key, "call-budget"), g.call_budget);
+  if (g.resync_interval < std::chrono::milliseconds(100))
+    out.add(at(key, "resync-interval"), "must be at least 100ms, got "
+                                          + duration_text(g.resync_interval));
+}
+
 } // namespace
 
 std::string default_domain_type(const std::string& uri) {
@@ -413,6 +472,7 @@ void check_config(problems& out, const engine_config& cfg) {
   check_nodes(out, cfg);
   check_inspect(out, cfg);
   check_metrics(out, cfg.metrics);
+  check_gateway(out, cfg.gateway);
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
   check_positive(out, "engine.bulk-read-interval", cfg.bulk_read_interval);

@@ -119,6 +119,38 @@ struct listen_config {
   bool operator==(const listen_config&) const = default;
 };
 
+/// One HAProxy backend the gateway fills with servers: every proxy of the
+/// rotation, or only those that carry `tag`. The backend belongs to the
+/// engine: any server in it that is not in the rotation is drained and
+/// removed.
+struct gateway_backend {
+  std::string name;
+  std::string tag; // "" = every proxy of the rotation
+
+  bool operator==(const gateway_backend&) const = default;
+};
+
+/// engine.gateway: HAProxy in front of the rotation, driven through its
+/// runtime API (actors/gateway). HAProxy is the operator's process; the
+/// engine only adds, drains and removes servers in the named backends.
+struct gateway_config {
+  bool enabled = false;
+  /// HAProxy's admin socket (`stats socket ... level admin`): an absolute
+  /// path, or IP:PORT on a loopback address.
+  std::string socket;
+  std::vector<gateway_backend> backends{{"egress", ""}};
+  /// How long a proxy that left keeps its connections in flight before
+  /// HAProxy is told to end them and the server is removed.
+  caf::timespan drain_grace = std::chrono::seconds(30);
+  /// One sync with HAProxy (every command of it) must end within this.
+  caf::timespan call_budget = std::chrono::seconds(2);
+  /// How often HAProxy's servers are read back and compared with the
+  /// rotation when nothing changed (a restarted HAProxy has lost them).
+  caf::timespan resync_interval = std::chrono::seconds(2);
+
+  bool operator==(const gateway_config&) const = default;
+};
+
 /// CAF's own [openssl] settings, which engine.inspect.tls needs (paths
 /// resolved against the config file; caf-run hands them back to CAF).
 struct tls_files {
@@ -151,6 +183,7 @@ struct engine_config {
   probe_config probe;
   listen_config inspect{true, "127.0.0.1", 4040, false, {}, {}};
   listen_config metrics{true, "127.0.0.1", 9464, false, {}, {}};
+  gateway_config gateway;
   tls_files tls;
   /// engine.inspect.secret-file's content ("": none required). Never dumped.
   std::string inspect_secret;

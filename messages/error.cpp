@@ -43,6 +43,9 @@ const char* to_string(ec code) {
     case ec::image_gone: return "image_gone";
     case ec::storage_full: return "storage_full";
     case ec::volume_gone: return "volume_gone";
+    case ec::gateway_unreachable: return "gateway_unreachable";
+    case ec::gateway_garbage: return "gateway_garbage";
+    case ec::gateway_timeout: return "gateway_timeout";
     case ec::no_domain: return "no_domain";
     case ec::no_pool: return "no_pool";
     case ec::no_volume: return "no_volume";
@@ -64,6 +67,7 @@ const char* to_string(ec code) {
     case ec::length_mismatch: return "length_mismatch";
     case ec::digest_mismatch: return "digest_mismatch";
     case ec::image_rejected: return "image_rejected";
+    case ec::gateway_refused: return "gateway_refused";
   }
   return "unknown";
 }

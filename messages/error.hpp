@@ -37,6 +37,11 @@ enum class ec : uint8_t {
                           // is all a retry needs
   volume_gone = 13,       // a volume's file vanished under a stream (deleted out of band
                           // behind libvirt): the next attempt creates the volume again
+  gateway_unreachable = 14, // HAProxy's runtime API is gone (no socket, refused, reset)
+  gateway_garbage = 15,   // what came back is not an answer of HAProxy's runtime API (or
+                          // is longer than any answer it gives)
+  gateway_timeout = 16,   // HAProxy's runtime API took the connection but gave no whole
+                          // answer before the deadline (a stopped or wedged HAProxy)
   // -- not found --------------------------------------------------------------
   no_domain = 64,
   no_pool = 65,
@@ -63,6 +68,8 @@ enum class ec : uint8_t {
   digest_mismatch = 140,   // an image's sha256 differs from the configured one
   image_rejected = 141,    // an image's first bytes do not fit its declared format, or
                            // name another file of the host (providers/images/image_header.hpp)
+  gateway_refused = 142,   // HAProxy refused a command (no such backend, a static
+                           // load-balancing algorithm, a level below admin)
 };
 
 /// The taxonomy of an engine code.

@@ -80,4 +80,15 @@ const char* to_string(proxy_phase x) {
   return "unknown";
 }
 
+const char* to_string(haproxy_state x) {
+  switch (x) {
+    case haproxy_state::off: return "off";
+    case haproxy_state::connecting: return "connecting";
+    case haproxy_state::in_sync: return "in sync";
+    case haproxy_state::out_of_sync: return "out of sync";
+    case haproxy_state::unreachable: return "unreachable";
+  }
+  return "unknown";
+}
+
 } // namespace egress

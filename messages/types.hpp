@@ -324,6 +324,92 @@ typename Inspector::result_type inspect(Inspector& f, rotation_event& x) {
            x.joined, x.reason, x.size);
 }
 
+/// One proxy of the rotation as its consumers see it (GET /rotation, the
+/// gateway): where a client's traffic may leave.
+struct rotation_member {
+  std::string name;
+  std::string host;
+  std::string address; // the proxy's IP, without the port
+  uint32_t port = 0;   // the proxy's port in the VM
+  std::vector<std::string> tags;
+  std::string joined_at; // RFC 3339, when it joined this time
+  uint32_t probe_ms = 0; // its last passing probe's latency (0: not probed)
+
+  bool operator==(const rotation_member&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rotation_member& x) {
+  return f(caf::meta::type_name("rotation_member"), x.name, x.host, x.address, x.port, x.tags,
+           x.joined_at, x.probe_ms);
+}
+
+/// The rotation at one generation: the generation grows by one with every
+/// join and every leave (never with a latency alone), so a consumer that
+/// saw generation G and is shown G again has missed nothing.
+struct rotation_view {
+  std::string node;
+  uint64_t generation = 0;
+  std::vector<rotation_member> members; // sorted by name
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rotation_view& x) {
+  return f(caf::meta::type_name("rotation_view"), x.node, x.generation, x.members);
+}
+
+/// What the gateway (actors/gateway) knows of the HAProxy it drives.
+enum class haproxy_state : uint8_t {
+  off = 0,         // no engine.gateway
+  connecting = 1,  // no sync has reached HAProxy yet
+  in_sync = 2,     // the last sync left HAProxy's servers as the rotation says
+  out_of_sync = 3, // HAProxy answered, but refused a command (last_error says which)
+  unreachable = 4, // the last sync could not talk to HAProxy (gone, hung, garbage)
+};
+
+const char* to_string(haproxy_state x);
+
+/// One HAProxy backend the gateway fills.
+struct gateway_backend_status {
+  std::string name;
+  std::string tag;       // "" = every proxy of the rotation
+  uint32_t servers = 0;  // ours in HAProxy, ready at the rotation's address
+  uint32_t desired = 0;  // the rotation's members for this backend
+  uint32_t draining = 0; // left the rotation, still serving connections in flight
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gateway_backend_status& x) {
+  return f(caf::meta::type_name("gateway_backend_status"), x.name, x.tag, x.servers, x.desired,
+           x.draining);
+}
+
+struct gateway_status {
+  std::string socket; // HAProxy's admin socket (path or IP:PORT)
+  haproxy_state state = haproxy_state::off;
+  std::string reason;     // why unreachable or out of sync
+  uint64_t generation = 0; // the rotation generation the last good sync applied
+  std::vector<gateway_backend_status> backends;
+  uint64_t syncs = 0;      // syncs that reached HAProxy
+  uint64_t commands = 0;   // commands HAProxy accepted
+  uint64_t refused = 0;    // commands HAProxy refused
+  uint64_t resyncs = 0;    // syncs that found servers of ours missing (a restarted HAProxy)
+  uint64_t drains = 0;     // servers removed after their drain
+  uint64_t errors_gone = 0;    // the socket refused or missing
+  uint64_t errors_timeout = 0; // no whole answer within the call budget
+  uint64_t errors_garbage = 0; // an answer that is not HAProxy's, or too long
+  int64_t retry_in_ms = 0;     // unreachable: until the next attempt
+  std::string last_sync_at;    // RFC 3339 of the last sync that reached HAProxy
+  uint32_t last_sync_ms = 0;   // how long it took
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gateway_status& x) {
+  return f(caf::meta::type_name("gateway_status"), x.socket, x.state, x.reason, x.generation,
+           x.backends, x.syncs, x.commands, x.refused, x.resyncs, x.drains, x.errors_gone,
+           x.errors_timeout, x.errors_garbage, x.retry_in_ms, x.last_sync_at, x.last_sync_ms);
+}
+
 /// What one garbage-collection pass on one host removed.
 struct gc_report {
   std::string host;
@@ -398,12 +484,14 @@ struct fleet_status {
   std::vector<std::string> rotation; // the healthy set, sorted by name
   uint64_t reloads = 0;              // configs applied after the first
   std::string last_reload;           // "applied: +1 -0 ~2" or the rejection
+  uint64_t generation = 0;           // the rotation's (rotation_view)
+  gateway_status gateway;            // state off without engine.gateway
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
   return f(caf::meta::type_name("fleet_status"), x.node, x.entry, x.links, x.proxies, x.images,
-           x.rotation, x.reloads, x.last_reload);
+           x.rotation, x.reloads, x.last_reload, x.generation, x.gateway);
 }
 
 /// A change worth showing to a person watching the engine (caf-shell

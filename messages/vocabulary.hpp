@@ -31,6 +31,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (egress::actor_row))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::actor_row>))
   CAF_ADD_TYPE_ID(egress, (egress::engine_event))
+  CAF_ADD_TYPE_ID(egress, (egress::rotation_member))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::rotation_member>))
+  CAF_ADD_TYPE_ID(egress, (egress::rotation_view))
+  CAF_ADD_TYPE_ID(egress, (egress::gateway_backend_status))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::gateway_backend_status>))
+  CAF_ADD_TYPE_ID(egress, (egress::gateway_status))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")
@@ -53,5 +59,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, hello, "hello")
   CAF_ADD_ATOM(egress, egress::atom, lease, "lease")         // a link re-reads leases for a waiting proxy
   CAF_ADD_ATOM(egress, egress::atom, counts, "counts")       // a link pushes its call counts
+  CAF_ADD_ATOM(egress, egress::atom, rotation, "rotation")   // the rotation, published
 
 CAF_END_TYPE_ID_BLOCK(egress)

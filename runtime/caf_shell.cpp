@@ -5,7 +5,7 @@
 //
 // Without -c it is a line REPL (libedit: history, completion of commands,
 // kinds and the names it has seen). Commands:
-//   ls [links|images|proxies|health|calls|nodes]  actors with state, start time, liveness
+//   ls [links|images|proxies|health|gateway|calls|nodes]  actors with state, start time, liveness
 //                                      (every node's: see engine.peers)
 //   show <kind> <name>                 one actor with every detail
 //   status                             the fleet's status (use --json for all of it)
@@ -76,13 +76,15 @@ const char* usage_text =
   "machine, which only its user (and root) may read.\n"
   "\n"
   "Commands:\n"
-  "  ls [links|images|proxies|health|calls|nodes]\n"
+  "  ls [links|images|proxies|health|gateway|calls|nodes]\n"
   "                                    actors with state, start time, liveness, on\n"
   "                                    every node this one reaches (engine.peers)\n"
   "  show <kind> <name>                one actor with every detail\n"
   "  status                            this node's fleet (--json: all of it)\n"
-  "  watch [filter]                    live events (links, images, proxies, rotation)\n"
-  "                                    whose line contains filter; Ctrl-C ends it\n"
+  "  watch [filter]                    live events (links, images, proxies, rotation,\n"
+  "                                    gateway) whose line contains filter (watch\n"
+  "                                    rotation: every join and leave with its\n"
+  "                                    generation); Ctrl-C ends it\n"
   "  kill-link <host>                  declare a host's link dead now (it redials)\n"
   "  reconcile <proxy>                 read the proxy's VM back now and act on it\n"
   "  drain <proxy>, undrain <proxy>    keep a proxy out of the rotation / let it back\n"
@@ -114,7 +116,7 @@ std::vector<std::string> words(const std::string& line) {
 
 /// "proxies" and "proxy" both name the kind "proxy".
 std::optional<std::string> kind_of(const std::string& w) {
-  for (auto k : {"link", "image", "proxy", "health", "call", "node"})
+  for (auto k : {"link", "image", "proxy", "health", "gateway", "call", "node"})
     if (w == k || w == std::string{k} + "s" || (std::string{k} == "proxy" && w == "proxies"))
       return std::string{k};
   if (w == "all")
@@ -266,7 +268,7 @@ public:
       // line, nothing else.
       auto kind = kind_of(w.size() > 1 ? w[1] : "all");
       if (!kind || w.size() > 2)
-        return fail("usage: names [links|images|proxies|health|calls|nodes]");
+        return fail("usage: names [links|images|proxies|health|gateway|calls|nodes]");
       auto xs = ask_ls(*kind);
       if (!xs)
         return false;
@@ -280,7 +282,7 @@ public:
     if (w[0] == "ls") {
       auto kind = kind_of(w.size() > 1 ? w[1] : "all");
       if (!kind || w.size() > 2)
-        return fail("usage: ls [links|images|proxies|health|calls|nodes]");
+        return fail("usage: ls [links|images|proxies|health|gateway|calls|nodes]");
       auto xs = ask_ls(*kind);
       if (!xs)
         return false;
@@ -289,7 +291,7 @@ public:
     }
     if (w[0] == "show") {
       if (w.size() != 3 || !kind_of(w[1]) || kind_of(w[1])->empty())
-        return fail("usage: show <link|image|proxy|health|call|node> <name>");
+        return fail("usage: show <link|image|proxy|health|gateway|call|node> <name>");
       auto kind = *kind_of(w[1]);
       auto xs = ask_ls(kind);
       if (!xs)
@@ -531,19 +533,20 @@ private:
       return;
     }
     // The NODE column only where there is more than one node to tell apart.
-    size_t wn = 4, ws = 5, wnode = 4;
+    size_t wk = 5, wn = 4, ws = 5, wnode = 4;
     std::set<std::string> nodes;
     for (auto& e : xs) {
+      wk = std::max(wk, e.kind.size() + 2);
       wn = std::max(wn, e.name.size());
       ws = std::max(ws, e.state.size());
       wnode = std::max(wnode, e.node.size());
       nodes.insert(e.node);
     }
     bool by_node = nodes.size() > 1;
-    std::cout << (by_node ? pad("NODE", wnode + 2) : "") << pad("KIND", 7) << pad("NAME", wn + 2)
+    std::cout << (by_node ? pad("NODE", wnode + 2) : "") << pad("KIND", wk) << pad("NAME", wn + 2)
               << pad("STATE", ws + 2) << pad("STARTED", 22) << "LIVENESS\n";
     for (auto& e : xs)
-      std::cout << (by_node ? pad(e.node, wnode + 2) : "") << pad(e.kind, 7)
+      std::cout << (by_node ? pad(e.node, wnode + 2) : "") << pad(e.kind, wk)
                 << pad(e.name, wn + 2) << pad(e.state, ws + 2) << pad(e.started_at, 22)
                 << e.liveness << "\n";
   }
@@ -591,7 +594,7 @@ char** complete(const char* text, int start, int) {
     candidates = {"ls", "show", "status", "watch", "kill-link", "reconcile", "drain", "undrain",
                   "reload",    "help",      "quit"};
   } else {
-    candidates = {"links", "images", "proxies", "health", "calls", "nodes",
+    candidates = {"links", "images", "proxies", "health", "gateway", "calls", "nodes",
                   "link",  "image",  "proxy",   "call",  "node"};
     if (completing)
       for (auto& n : completing->names())

@@ -62,6 +62,18 @@ std::string dump_config(const engine_config& cfg) {
   out += std::string{"metrics = { enabled = "} + (cfg.metrics.enabled ? "true" : "false")
          + ", address = " + quoted(cfg.metrics.address)
          + ", port = " + std::to_string(cfg.metrics.port) + " }\n";
+  if (cfg.gateway.enabled) {
+    auto& g = cfg.gateway;
+    out += "gateway = { socket = " + quoted(g.socket) + ", backends = [";
+    for (size_t i = 0; i < g.backends.size(); ++i)
+      out += std::string{i ? ", " : ""} + "{ name = " + quoted(g.backends[i].name)
+             + (g.backends[i].tag.empty() ? std::string{}
+                                          : ", tag = " + quoted(g.backends[i].tag))
+             + " }";
+    out += "], drain-grace = " + duration_text(g.drain_grace)
+           + ", call-budget = " + duration_text(g.call_budget)
+           + ", resync-interval = " + duration_text(g.resync_interval) + " }\n";
+  }
   out += "node = " + quoted(node_name(cfg)) + "\n";
   out += "peers = [";
   for (size_t i = 0; i < cfg.peers.size(); ++i)

@@ -391,6 +391,54 @@ listen_config read_listen(problems& out, const dict& d, const std::string& key,
   return l;
 }
 
+gateway_backend read_backend(problems& out, const std::string& path, const dict& d) {
+  gateway_backend b;
+  dict_reader r{out, d, path, {"name", "tag"}};
+  r.read("name", b.name, true);
+  r.read("tag", b.tag);
+  r.finish();
+  return b;
+}
+
+// A socket path, relative to the config file like every path in it; an
+// IP:PORT stays as it is. A path that exists must be a socket (HAProxy not
+// running yet is fine: the gateway retries until it answers).
+std::string resolve_socket(problems& out, const std::string& key, const std::string& socket,
+                           const fs::path& base) {
+  if (socket.empty() || (socket.front() != '/' && split_host_port(socket)
+                         && socket.find('/') == std::string::npos))
+    return socket;
+  auto path = fs::absolute(base / socket).lexically_normal().string();
+  std::error_code err;
+  auto status = fs::status(path, err);
+  if (fs::exists(status) && !fs::is_socket(status))
+    out.add(key, quoted_path(path) + " is not a socket (HAProxy's `stats socket` path: is "
+                                     "this the right file?)");
+  return path;
+}
+
+gateway_config read_gateway(problems& out, const dict& d, const fs::path& base) {
+  gateway_config g;
+  g.enabled = true;
+  dict_reader r{out, d, "engine.gateway",
+                {"enabled", "socket", "backends", "drain-grace", "call-budget",
+                 "resync-interval"}};
+  r.read("enabled", g.enabled);
+  r.read("socket", g.socket, g.enabled);
+  g.socket = resolve_socket(out, r.path("socket"), g.socket, base);
+  if (auto xs = r.get<list>("backends", false, "a list of dicts like {name = \"egress\"}")) {
+    g.backends.clear();
+    for_each_dict(out, r.path("backends"), *xs, [&](auto path, auto& x) {
+      g.backends.push_back(read_backend(out, path, x));
+    });
+  }
+  r.read("drain-grace", g.drain_grace);
+  r.read("call-budget", g.call_budget);
+  r.read("resync-interval", g.resync_interval);
+  r.finish();
+  return g;
+}
+
 // The shared secret: a private file (like an SSH key, refused if others may
 // read it), its content without the trailing newline.
 std::string read_secret(problems& out, const std::string& file, const fs::path& base) {
@@ -413,8 +461,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "bulk-read-interval", "address-grace", "shutdown-timeout", "redial-min",
-                 "redial-max", "gc", "probe", "inspect", "metrics", "node", "peers", "hosts",
-                 "images", "proxies", "unedited"}};
+                 "redial-max", "gc", "probe", "inspect", "metrics", "gateway", "node", "peers",
+                 "hosts", "images", "proxies", "unedited"}};
   r.read("unedited", cfg.unedited);
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
@@ -438,6 +486,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   }
   if (auto x = r.get<dict>("metrics", false, "a dict like {address = \"127.0.0.1\", port = 9464}"))
     cfg.metrics = read_listen(out, *x, "engine.metrics", cfg.metrics, false);
+  if (auto x = r.get<dict>("gateway", false, "a dict like {socket = \"/run/haproxy/admin.sock\"}"))
+    cfg.gateway = read_gateway(out, *x, base);
   r.read("node", cfg.node);
   r.read("peers", cfg.peers);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))

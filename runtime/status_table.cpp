@@ -75,7 +75,18 @@ std::string render_table(const fleet_status& st, std::time_t now) {
                       ? "probe " + p.last_probe
                       : p.last_error});
   out += "rotation: " + std::to_string(st.rotation.size()) + " of "
-         + std::to_string(st.proxies.size()) + " proxy(ies)\n";
+         + std::to_string(st.proxies.size()) + " proxy(ies), generation "
+         + std::to_string(st.generation) + "\n";
+  if (st.gateway.state != haproxy_state::off) {
+    auto& g = st.gateway;
+    out += "gateway " + g.socket + ": " + to_string(g.state);
+    for (auto& b : g.backends)
+      out += ", " + b.name + " " + std::to_string(b.servers) + "/" + std::to_string(b.desired)
+             + (b.draining > 0 ? " (" + std::to_string(b.draining) + " draining)" : "");
+    if (!g.reason.empty())
+      out += " (" + g.reason + ")";
+    out += "\n";
+  }
   std::vector<size_t> width(rows.front().size(), 0);
   for (auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i)
@@ -104,7 +115,11 @@ std::string table_fingerprint(const fleet_status& st) {
   for (auto& p : st.proxies)
     out += p.name + "|" + p.host + "|" + to_string(p.phase) + "|" + p.address + "|"
            + p.last_error + "|" + (p.in_rotation ? "in" : "out") + "\n";
-  return out;
+  out += std::string{"gateway|"} + to_string(st.gateway.state) + "|" + st.gateway.reason;
+  for (auto& b : st.gateway.backends)
+    out += "|" + std::to_string(b.servers) + "/" + std::to_string(b.desired) + "/"
+           + std::to_string(b.draining);
+  return out + "\n";
 }
 
 } // namespace egress

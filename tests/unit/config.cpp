@@ -25,7 +25,8 @@ namespace {
 
 constexpr const char* engine_keys =
   "entry, poll-interval, bulk-read-interval, address-grace, shutdown-timeout, redial-min, "
-  "redial-max, gc, probe, inspect, metrics, node, peers, hosts, images, proxies, unedited";
+  "redial-max, gc, probe, inspect, metrics, gateway, node, peers, hosts, images, proxies, "
+  "unedited";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from, kernel, initrd, cmdline";
 
@@ -914,6 +915,60 @@ BOOST_AUTO_TEST_CASE(spec_25_keys_addresses_and_dirs_are_checked_at_load) {
   auto relative = problems(ssh(", bridge-dir = \"bridges\""));
   BOOST_CHECK_MESSAGE(relative.find("engine.hosts[0].bridge-dir: expected an absolute path")
                         != std::string::npos, relative);
+}
+
+// engine.gateway: HAProxy's admin socket and the backends the engine fills,
+// read as strictly as the rest; a path that exists must be a socket.
+BOOST_AUTO_TEST_CASE(the_gateway_is_read_and_checked) {
+  auto cfg = load(std::string{minimal}
+                  + "gateway = { socket = \"run/admin.sock\", backends = [ { name = \"egress\" },"
+                    " { name = \"egress_eu\", tag = \"eu\" } ], drain-grace = 5s }\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK(cfg->gateway.enabled);
+  BOOST_CHECK_EQUAL(cfg->gateway.socket, (dir / "run/admin.sock").string()); // relative to the file
+  BOOST_REQUIRE_EQUAL(cfg->gateway.backends.size(), 2u);
+  BOOST_CHECK_EQUAL(cfg->gateway.backends[1].tag, "eu");
+  BOOST_CHECK(cfg->gateway.drain_grace == 5s);
+  BOOST_CHECK(cfg->gateway.call_budget == 2s);
+  auto tcp = load(std::string{minimal} + "gateway = { socket = \"127.0.0.1:9999\" }\n");
+  BOOST_REQUIRE_MESSAGE(tcp, why(tcp));
+  BOOST_CHECK_EQUAL(tcp->gateway.socket, "127.0.0.1:9999");
+  BOOST_REQUIRE_EQUAL(tcp->gateway.backends.size(), 1u);
+  BOOST_CHECK_EQUAL(tcp->gateway.backends[0].name, "egress");
+  auto off = load(std::string{minimal});
+  BOOST_REQUIRE(off);
+  BOOST_CHECK(!off->gateway.enabled);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_gateway_is_refused_naming_the_key) {
+  auto text = problems(std::string{minimal} + "gateway = { socket = \"10.0.0.1:9999\", "
+                                              "backends = [ { name = \"a b\" }, { name = \"x\", "
+                                              "tag = 7 } ], drain-grace = 0s, colour = 1 }\n");
+  BOOST_TEST_MESSAGE(text);
+  for (auto key : {"engine.gateway.socket: \"10.0.0.1:9999\" is not on a loopback address",
+                   "engine.gateway.backends[0].name: expected an HAProxy backend name",
+                   "engine.gateway.backends[1].tag: expected a string, got integer 7",
+                   "engine.gateway.drain-grace: must be longer than 0s",
+                   "engine.gateway.colour: unknown key"})
+    BOOST_CHECK_MESSAGE(text.find(key) != std::string::npos, key);
+  BOOST_CHECK(problems(std::string{minimal} + "gateway = { backends = [] }\n")
+                .find("engine.gateway.socket: required key is missing")
+              != std::string::npos);
+  BOOST_CHECK(problems(std::string{minimal} + "gateway = \"haproxy\"\n")
+                .find("engine.gateway: expected a dict") != std::string::npos);
+}
+
+// A file where the socket should be: exit 2 naming it, before anything
+// starts (a path that does not exist yet is fine: HAProxy may start later).
+BOOST_AUTO_TEST_CASE(a_gateway_socket_that_is_not_a_socket_is_refused) {
+  auto file = write("haproxy.cfg", "global\n");
+  auto text = problems(std::string{minimal} + "gateway = { socket = \"" + file + "\" }\n");
+  BOOST_CHECK_MESSAGE(text.find(line("engine.gateway.socket", "\"" + file + "\" is not a socket"))
+                        != std::string::npos,
+                      text);
+  auto dir_text = problems(std::string{minimal} + "gateway = { socket = \"" + dir.string()
+                           + "\" }\n");
+  BOOST_CHECK(dir_text.find("is not a socket") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -46,6 +46,15 @@ proxy_health health(const std::string& name, bool in, uint64_t ok, uint32_t ms =
   return h;
 }
 
+proxy_spec spec(const std::string& name, std::vector<std::string> tags = {}) {
+  proxy_spec p;
+  p.name = name;
+  p.host = "hv1";
+  p.port = 3128;
+  p.tags = std::move(tags);
+  return p;
+}
+
 bool has_line(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos;
 }
@@ -67,16 +76,60 @@ BOOST_AUTO_TEST_CASE(events_are_built_only_for_a_watcher_and_only_for_changes) {
   auto moved = v.record(proxy("px-1", proxy_phase::provisioning), true);
   BOOST_REQUIRE_EQUAL(moved.size(), 1u);
   BOOST_CHECK_EQUAL(moved[0].what, "running -> provisioning");
+  v.declare_proxy(spec("px-1"));
   auto joined = v.record(health("px-1", true, 2, 7), true);
   BOOST_REQUIRE_EQUAL(joined.size(), 1u);
   BOOST_CHECK_EQUAL(joined[0].kind, "rotation");
   BOOST_CHECK(joined[0].what.starts_with("joined"));
 }
 
+// The rotation its consumers see (GET /rotation, the gateway): a declared
+// proxy its health put in, with its spec's port and tags; every join and
+// leave is one generation; a retiring proxy is out whatever its probes say.
+BOOST_AUTO_TEST_CASE(the_rotation_has_a_generation_per_join_and_leave) {
+  fleet_view v;
+  v.record(health("px-1", true, 2, 7), false); // not declared: not in it
+  BOOST_CHECK_EQUAL(v.rotation().size(), 0u);
+  v.declare_proxy(spec("px-1", {"eu"}));
+  v.declare_proxy(spec("px-2"));
+  auto h1 = health("px-1", true, 2, 7);
+  h1.address = "10.0.0.5:3128";
+  auto ev = v.record(h1, true);
+  BOOST_REQUIRE_EQUAL(ev.size(), 1u);
+  BOOST_CHECK_MESSAGE(ev[0].what.starts_with("joined at 10.0.0.5:3128, tags eu, generation 1 (ok "),
+                      ev[0].what);
+  h1.probe_ms = 9; // a latency alone is no generation
+  BOOST_CHECK(v.record(h1, true).empty());
+  auto h2 = health("px-2", true, 2, 3);
+  h2.address = "[fd00::6]:3128";
+  v.record(h2, false);
+  auto snap = v.rotation().snapshot("n");
+  BOOST_CHECK_EQUAL(snap->generation, 2u);
+  BOOST_REQUIRE_EQUAL(snap->members.size(), 2u);
+  BOOST_CHECK_EQUAL(snap->members[0].address, "10.0.0.5");
+  BOOST_CHECK_EQUAL(snap->members[0].port, 3128u);
+  BOOST_CHECK_EQUAL(snap->members[0].probe_ms, 9u);
+  BOOST_CHECK(snap->members[0].tags == std::vector<std::string>{"eu"});
+  BOOST_CHECK_EQUAL(snap->members[1].address, "fd00::6");
+  BOOST_CHECK_EQUAL(snap->members[0].joined_at.size(), 20u);
+  auto left = v.set_retiring("px-1", true, true);
+  BOOST_REQUIRE_EQUAL(left.size(), 1u);
+  BOOST_CHECK(left[0].what.starts_with("left, generation 3 (retiring"));
+  BOOST_CHECK(v.record(h1, true).empty()); // its probes pass: still out
+  BOOST_CHECK(v.status("n", "e").rotation == std::vector<std::string>{"px-2"});
+  BOOST_CHECK(has_line(v.metrics(), "egress_rotation_generation 3"));
+  v.set_retiring("px-1", false);
+  BOOST_CHECK_EQUAL(v.rotation().generation(), 4u);
+  v.undeclare_proxy("px-2");
+  BOOST_CHECK_EQUAL(v.rotation().generation(), 5u);
+  BOOST_CHECK(v.clear_rotation(true).size() == 1u); // px-1 leaves
+  BOOST_CHECK_EQUAL(v.rotation().size(), 0u);
+}
+
 BOOST_AUTO_TEST_CASE(status_joins_each_proxy_with_its_health_and_lists_the_rotation) {
   fleet_view v;
-  v.declare_proxy("px-1", true);
-  v.declare_proxy("px-2", true);
+  v.declare_proxy(spec("px-1"));
+  v.declare_proxy(spec("px-2"));
   v.record(proxy("px-1", proxy_phase::running, "10.0.0.5"), false);
   v.record(proxy("px-2", proxy_phase::running, "10.0.0.6"), false);
   v.record(health("px-1", true, 3, 9), false);
@@ -109,7 +162,7 @@ BOOST_AUTO_TEST_CASE(metrics_count_deaths_by_cause_and_declared_proxies_only) {
   v.record(link("hv1", link_state::up), false);
   v.record(link("hv1", link_state::dead, 1, "budget overrun: define ran past 30s"), false);
   v.record(link("hv1", link_state::dead, 3, "killed: by operator"), false);
-  v.declare_proxy("px-1", true);
+  v.declare_proxy(spec("px-1"));
   v.record(proxy("px-1", proxy_phase::running, "10.0.0.5", 1, 20), false);
   v.record(proxy("px-1", proxy_phase::running, "10.0.0.5", 2, 40), false);
   v.record(proxy("gone", proxy_phase::deleted), false); // erased: not declared

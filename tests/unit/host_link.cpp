@@ -73,6 +73,7 @@ struct fixture : test::det_fixture {
         [](proxy_status&) {},
         [](image_status&) {},
         [](proxy_health&) {},
+        [](gateway_status&) {},
       };
     });
     auto link = spawn_link(30s, 3, 1, sink);
