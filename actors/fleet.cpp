@@ -603,9 +603,18 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
     for (auto& [_, s] : st.view.proxies())
       tell_health(self, s);
   drain_then(self, to_drain, [self](const std::string& name) {
+    auto& st = self->state;
+    auto seen = st.view.proxies().find(name);
+    auto host = seen == st.view.proxies().end() ? std::string{} : seen->second.host;
     retire_proxy(self, name);
-    if (auto p = by_name(self->state.cfg.proxies, name); p && !self->state.stopping)
-      spawn_proxy(self, *p);
+    if (st.stopping)
+      return;
+    if (auto p = by_name(st.cfg.proxies, name)) {
+      spawn_proxy(self, *p); // its VM is replaced by the new actor
+    } else if (auto h = by_name(st.cfg.hosts, host); h && st.cfg.gc && st.gateway) {
+      // Drained: now its VM goes (the reload's own pass kept it).
+      collect_on(self, *h, [](gc_report*) {});
+    }
   });
   st.view.reload_applied(d.summary());
   log::info("fleet", "reload " + st.view.last_reload());

@@ -104,7 +104,7 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
                                                    + std::to_string(g.last_sync_ms) + " ms"));
     e.row.details.push_back(kv("commands accepted", g.commands));
     e.row.details.push_back(kv("commands refused", g.refused));
-    e.row.details.push_back(kv("resyncs (HAProxy had lost servers)", g.resyncs));
+    e.row.details.push_back(kv("HAProxy restarts filled again", g.resyncs));
     e.row.details.push_back(kv("drains", g.drains));
     e.row.details.push_back(kv("socket errors", std::to_string(g.errors_gone) + " gone, "
                                                   + std::to_string(g.errors_timeout) + " timeout, "

@@ -131,7 +131,7 @@ void gateway_metrics(exposition& x, const gateway_status& g) {
     {"egress_gateway_commands_total", "Commands HAProxy accepted.", g.commands},
     {"egress_gateway_refused_total", "Commands HAProxy refused.", g.refused},
     {"egress_gateway_resyncs_total",
-     "Syncs that found servers of the rotation missing (HAProxy restarted or reloaded).",
+     "Restarts (or reloads) of HAProxy the gateway saw and filled again.",
      g.resyncs},
     {"egress_gateway_drains_total", "Servers removed from HAProxy after their drain.", g.drains},
   };

@@ -164,14 +164,12 @@ void start_sync(gateway_pointer self);
 void on_report(gateway_pointer self, haproxy::sync_report& r, clock::duration took) {
   auto& st = self->state;
   auto& s = st.status;
-  size_t lost = 0;
+  size_t missing = 0;
   for (auto& b : r.backends) {
     if (!b.reached)
       continue;
-    auto& before = st.present[b.backend];
-    for (auto& m : b.missing)
-      lost += before.contains(m) ? 1 : 0;
-    before = b.present;
+    missing += b.missing.size();
+    st.present[b.backend] = b.present;
     st.draining[b.backend] = b.draining_since;
     s.drains += b.removed;
     for (auto& bs : s.backends)
@@ -181,12 +179,15 @@ void on_report(gateway_pointer self, haproxy::sync_report& r, clock::duration to
         bs.desired = b.wanted;
       }
   }
-  if (lost > 0) {
+  auto& was_at = st.process;
+  if (was_at.pid != 0
+      && (r.process.pid != was_at.pid || r.process.uptime_s < was_at.uptime_s)) {
     ++s.resyncs;
-    log::warn("gateway", "HAProxy had lost " + std::to_string(lost)
-                           + " server(s) of the rotation since the last sync (restarted or "
-                             "reloaded): added again");
+    log::warn("gateway", "HAProxy restarted (pid " + std::to_string(was_at.pid) + ", now "
+                           + std::to_string(r.process.pid) + "): " + std::to_string(missing)
+                           + " server(s) of the rotation added again");
   }
+  st.process = r.process;
   ++s.syncs;
   s.commands += r.commands;
   s.refused += r.refusals.size();

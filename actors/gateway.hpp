@@ -38,6 +38,7 @@
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/haproxy/runtime_api.hpp"
+#include "providers/haproxy/servers.hpp"
 
 namespace egress {
 
@@ -80,6 +81,7 @@ struct gateway_state {
   std::map<std::string, std::set<std::string>> present;
   call_worker_actor worker;                      // idle between syncs; a new one after an abandon
   std::shared_ptr<haproxy::runtime_api> api;     // the sync in flight's (killed on abandon)
+  haproxy::process_info process; // who answered the last sync (a new pid: a restart)
   caf::timespan backoff{0};
   uint64_t timer = 0; // the current timer's number
   call_ledger calls;

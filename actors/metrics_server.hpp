@@ -49,7 +49,7 @@ struct metrics_server_options {
   std::chrono::seconds idle_timeout{10};
   /// At the cap, a connection without a whole request after this long is
   /// closed to admit a new one.
-  std::chrono::milliseconds header_deadline{500};
+  std::chrono::milliseconds header_deadline{100};
   size_t max_waiters = 64;
   std::chrono::seconds wait_timeout{30};
   /// Set once the socket is bound: the port, or why it could not be bound.

@@ -393,7 +393,7 @@ struct gateway_status {
   uint64_t syncs = 0;      // syncs that reached HAProxy
   uint64_t commands = 0;   // commands HAProxy accepted
   uint64_t refused = 0;    // commands HAProxy refused
-  uint64_t resyncs = 0;    // syncs that found servers of ours missing (a restarted HAProxy)
+  uint64_t resyncs = 0;    // restarts of HAProxy seen (a new pid), each filled again
   uint64_t drains = 0;     // servers removed after their drain
   uint64_t errors_gone = 0;    // the socket refused or missing
   uint64_t errors_timeout = 0; // no whole answer within the call budget

@@ -35,6 +35,9 @@ struct endpoint {
 /// The longest answer taken: `show servers state` of 100,000 servers is
 /// about 12 MiB.
 inline constexpr size_t max_reply_bytes = size_t{16} << 20;
+/// The longest answer to anything but a listing: `show info` is ~1.5 KiB,
+/// a command's answer one line.
+inline constexpr size_t max_short_reply_bytes = size_t{64} << 10;
 
 class runtime_api {
 public:

@@ -74,8 +74,8 @@ caf::expected<std::vector<server_row>> parse_servers_state(std::string_view text
   if (lines.size() < 2 || lines[0] != "1" || !lines[1].starts_with("# "))
     return garbage(what + ": expected format version 1 and a header", first_line(text));
   auto header = split(lines[1].substr(2), ' ');
-  auto at = columns(header, {"be_name", "srv_id", "srv_name", "srv_addr", "srv_op_state",
-                             "srv_admin_state", "srv_port"},
+  auto at = columns(header, {"be_id", "be_name", "srv_id", "srv_name", "srv_addr",
+                             "srv_op_state", "srv_admin_state", "srv_port"},
                     what);
   if (!at)
     return at.error();
@@ -92,7 +92,8 @@ caf::expected<std::vector<server_row>> parse_servers_state(std::string_view text
     r.backend = std::string{f[(*at)["be_name"]]};
     r.name = std::string{f[(*at)["srv_name"]]};
     r.address = std::string{f[(*at)["srv_addr"]]};
-    if (!number(f[(*at)["srv_id"]], r.id) || !number(f[(*at)["srv_op_state"]], r.op_state)
+    if (!number(f[(*at)["be_id"]], r.backend_id) || !number(f[(*at)["srv_id"]], r.id)
+        || !number(f[(*at)["srv_op_state"]], r.op_state)
         || !number(f[(*at)["srv_admin_state"]], r.admin_state)
         || !number(f[(*at)["srv_port"]], r.port))
       return garbage(what + ": a server line with a field that is not a number", lines[i]);
@@ -129,6 +130,29 @@ caf::expected<std::map<std::string, uint64_t>> parse_sessions(std::string_view t
       return garbage(what + ": scur is not a number", lines[i]);
     out[std::string{name}] = scur;
   }
+  return out;
+}
+
+caf::expected<process_info> parse_info(std::string_view text) {
+  process_info out;
+  bool named = false;
+  for (auto line : lines_of(text)) {
+    auto colon = line.find(": ");
+    if (colon == std::string_view::npos)
+      continue;
+    auto key = line.substr(0, colon);
+    auto value = line.substr(colon + 2);
+    if (key == "Name")
+      named = value == "HAProxy";
+    else if (key == "Version")
+      out.version = std::string{value};
+    else if (key == "Pid" && !number(value, out.pid))
+      return garbage("show info: Pid is not a number", line);
+    else if (key == "Uptime_sec" && !number(value, out.uptime_s))
+      return garbage("show info: Uptime_sec is not a number", line);
+  }
+  if (!named || out.pid == 0)
+    return garbage("show info: not HAProxy's answer", first_line(text));
   return out;
 }
 

@@ -29,6 +29,7 @@ inline constexpr uint32_t admin_any_maint
 /// One server as `show servers state` lists it.
 struct server_row {
   std::string backend;
+  uint32_t backend_id = 0; // `show stat` finds a backend by it (a frontend may share its name)
   uint32_t id = 0;
   std::string name;
   std::string address;
@@ -46,10 +47,24 @@ struct server_row {
 caf::expected<std::vector<server_row>> parse_servers_state(std::string_view text,
                                                            const std::string& backend);
 
-/// Parses `show stat <backend> 4 -1` (servers only, CSV): server name ->
-/// current sessions (scur). "No such proxy." is gateway_refused.
+/// Parses `show stat <backend id> 4 -1` (servers only, CSV): server name ->
+/// current sessions (scur). By id: given a name, HAProxy 2.6 shows the first
+/// proxy of that name, and a frontend named like its backend comes first.
+/// "No such proxy." is gateway_refused.
 caf::expected<std::map<std::string, uint64_t>> parse_sessions(std::string_view text,
                                                               const std::string& backend);
+
+/// Who answers: `show info`'s process id and uptime tell a restarted (or
+/// reloaded) HAProxy, which has lost every server the engine added.
+struct process_info {
+  std::string version;
+  uint64_t pid = 0;
+  uint64_t uptime_s = 0;
+};
+
+/// Parses `show info`; anything without "Name: HAProxy" is gateway_garbage
+/// (another program's socket).
+caf::expected<process_info> parse_info(std::string_view text);
 
 /// What a command's answer must look like to count as done.
 enum class answer_kind : uint8_t {

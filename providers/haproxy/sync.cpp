@@ -25,7 +25,8 @@ caf::expected<sync_plan> read_and_plan(runtime_api& api, const backend_request& 
   in.now = clock::now();
   in.grace = req.grace;
   if (needs_sessions(in)) {
-    auto stat = api.run("show stat " + b.backend + " 4 -1", req.deadline);
+    auto id = std::to_string(in.listed.front().backend_id);
+    auto stat = api.run("show stat " + id + " 4 -1", req.deadline);
     if (!stat)
       return stat.error();
     auto sessions = parse_sessions(*stat, b.backend);
@@ -45,6 +46,13 @@ caf::expected<sync_plan> read_and_plan(runtime_api& api, const backend_request& 
 
 caf::expected<sync_report> sync(runtime_api& api, const sync_request& req) {
   sync_report out;
+  auto info = api.run("show info", req.deadline, max_short_reply_bytes);
+  if (!info)
+    return info.error();
+  auto process = parse_info(*info);
+  if (!process)
+    return process.error();
+  out.process = std::move(*process);
   for (auto& b : req.backends) {
     backend_report report;
     report.backend = b.backend;
@@ -60,7 +68,7 @@ caf::expected<sync_report> sync(runtime_api& api, const sync_request& req) {
     report.present = report.listed;
     std::set<std::string> refused;
     for (auto& cmd : plan->commands) {
-      auto answer = api.run(cmd.text, req.deadline);
+      auto answer = api.run(cmd.text, req.deadline, max_short_reply_bytes);
       if (!answer)
         return answer.error();
       if (auto err = check_answer(cmd.answer, *answer, cmd.text)) {

@@ -44,6 +44,7 @@ struct backend_report {
 };
 
 struct sync_report {
+  process_info process; // who answered (show info)
   std::vector<backend_report> backends;
   uint64_t commands = 0;               // accepted
   std::vector<std::string> refusals;   // HAProxy's refusals, rendered

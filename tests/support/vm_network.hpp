@@ -54,8 +54,11 @@ public:
       return;
     add_address(address);
     auto conf = dir_ / ("tinyproxy-" + address + ".conf");
+    // Bind: its requests leave from its own address, so the page sees
+    // which exit carried a request (support/haproxy.hpp's exit_target).
     testbed::write_file(conf, "Port " + std::to_string(port) + "\n"
                               "Listen " + address + "\n"
+                              "Bind " + address + "\n"
                               "Timeout 10\n"
                               "MaxClients 8\n"
                               "LogLevel Info\n"

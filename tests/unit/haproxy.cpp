@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "actors/metrics_request.hpp"
+#include "support/engine_fixture.hpp"
 #include "actors/rotation_book.hpp"
 #include "messages/error.hpp"
 #include "providers/haproxy/runtime_api.hpp"
@@ -118,6 +119,16 @@ BOOST_AUTO_TEST_CASE(sessions_come_from_show_stat) {
   BOOST_CHECK(!parse_sessions("No such proxy.\n", "egress"));
   BOOST_CHECK(!parse_sessions("# pxname,svname\negress,px-1\n", "egress"));
   BOOST_CHECK(!parse_sessions("# pxname,svname,scur,\negress,px-1,many,\n", "egress"));
+}
+
+BOOST_AUTO_TEST_CASE(show_info_tells_who_answers) {
+  auto info = parse_info("Name: HAProxy\nVersion: 2.6.12-1+deb12u4\nPid: 4242\nUptime_sec: 17\n");
+  BOOST_REQUIRE_MESSAGE(info, why(info));
+  BOOST_CHECK_EQUAL(info->pid, 4242u);
+  BOOST_CHECK_EQUAL(info->uptime_s, 17u);
+  BOOST_CHECK(!parse_info("Name: nginx\nPid: 1\n"));
+  BOOST_CHECK(!parse_info("Name: HAProxy\nPid: many\n"));
+  BOOST_CHECK(!parse_info("SSH-2.0-OpenSSH_9.2p1\r\n"));
 }
 
 BOOST_AUTO_TEST_CASE(a_command_counts_only_with_its_own_success_answer) {
@@ -385,4 +396,51 @@ BOOST_AUTO_TEST_CASE(the_rotation_renders_as_json) {
   BOOST_CHECK(book.remove("px-1")); // a leave
   BOOST_CHECK(!book.remove("px-1"));
   BOOST_CHECK_EQUAL(book.generation(), 2u);
+}
+
+// -- the engine in front of a socket that misbehaves ---------------------------
+
+// A socket that answers garbage, answers without end, or is not there: the
+// gateway reports it (state, cause, reason) while the fleet goes on, its
+// rotation unchanged and its status answered at once.
+BOOST_FIXTURE_TEST_CASE(a_gateway_socket_that_misbehaves_is_reported_and_costs_nothing,
+                        test::engine_fixture) {
+  struct socket_case {
+    const char* what;
+    std::unique_ptr<fake_socket> server;
+    uint64_t gateway_status::*counter;
+  };
+  std::vector<socket_case> cases;
+  cases.push_back({"garbage", std::make_unique<fake_socket>(fake_socket::mode::reply,
+                                                            "HTTP/1.1 400 Bad Request\r\n\r\n"),
+                   &gateway_status::errors_garbage});
+  cases.push_back({"endless", std::make_unique<fake_socket>(fake_socket::mode::endless),
+                   &gateway_status::errors_garbage});
+  cases.push_back({"silent", std::make_unique<fake_socket>(fake_socket::mode::silent),
+                   &gateway_status::errors_timeout});
+  cases.push_back({"gone", nullptr, &gateway_status::errors_gone});
+  for (auto& c : cases) {
+    auto cfg = test::test_config("gw-unit");
+    cfg.hosts.push_back(test::test_host("hv1"));
+    for (auto n : {"px-1", "px-2"})
+      cfg.proxies.push_back(test::test_proxy(n, "hv1"));
+    cfg.gateway.enabled = true;
+    cfg.gateway.socket = c.server ? c.server->path() : "/tmp/egress-haproxy-test-gone.sock";
+    cfg.gateway.call_budget = 300ms;
+    auto eng = engine::start(*sys, cfg);
+    test::stop_on_exit guard{eng};
+    BOOST_REQUIRE(eng);
+    BOOST_CHECK_MESSAGE(wait_status(*eng, [](auto& st) { return st.rotation.size() == 2; }, 5s),
+                        c.what);
+    BOOST_CHECK_MESSAGE(wait_status(*eng, [&](auto& st) {
+      return st.gateway.state == haproxy_state::unreachable && st.gateway.*(c.counter) > 0;
+    }, 5s), c.what);
+    auto t0 = clock::now();
+    auto st = eng->status(1s);
+    BOOST_REQUIRE(st);
+    BOOST_CHECK_LT(clock::now() - t0, 200ms);
+    BOOST_TEST_MESSAGE(c.what << ": " << st->gateway.reason);
+    BOOST_CHECK(!st->gateway.reason.empty());
+    BOOST_CHECK(!eng->stop());
+  }
 }
