@@ -8,13 +8,20 @@
 // from the appliance's initramfs alone, no disk). caf-run shares
 // this terminal: its table shows the images arriving, the VMs starting and
 // each proxy joining the rotation once a request through it came back.
+//
+// The gateway: a private HAProxy (the shipped dist/haproxy/egress-gateway.cfg
+// with its own socket and free ports on 127.0.0.1; no system config or
+// service touched) whose servers caf-run keeps in step with the rotation,
+// the VM network made reachable from this machine for it
+// (test::vm_network_route), and a page on the VM network that answers with
+// the exit a request came from; the line to paste is printed.
 // Ctrl-C stops caf-run (it leaves the VMs running, as it would on a real
 // host), then this program destroys the VMs and removes the daemons, the
 // namespace with its bridge, and every file it made.
 //
 // Where VMs cannot run here (no root, no /dev/net/tun, no appliance), it
 // says why and runs caf-run on the embedded default (libvirt's test driver)
-// instead.
+// instead, without a gateway (there is no proxy to send traffic through).
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +33,7 @@
 
 #include "messages/error.hpp"
 #include "runtime/config_dump.hpp"
+#include "support/haproxy.hpp"
 #include "support/local_host.hpp"
 #include "support/testbed.hpp"
 
@@ -57,7 +65,8 @@ void install_handlers() {
 
 [[noreturn]] void run_default(const std::string& caf_run, const std::string& why) {
   std::fprintf(stderr, "local-run: %s\nlocal-run: running the embedded default instead "
-                       "(libvirt's test driver, no VMs)\n", why.c_str());
+                       "(libvirt's test driver, no VMs); the gateway is off: without VMs "
+                       "there is no proxy to send traffic through\n", why.c_str());
   std::string arg = "--config-file=" EGRESS_SOURCE_DIR "/config/default.ini";
   // caf-run handles the signals itself from here on.
   for (int sig : {SIGINT, SIGTERM, SIGHUP})
@@ -100,6 +109,30 @@ int run_engine(const std::string& caf_run, const std::string& config_file) {
   }
   child_pid = 0;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The page the exits fetch: on the VM network's bridge, beside the probes'.
+constexpr int exit_port = 8081;
+
+void print_gateway(const test::haproxy& gw, const test::exit_target& page,
+                   const engine_config& cfg) {
+  auto via = [&](int port) { return "http://127.0.0.1:" + std::to_string(port); };
+  auto& p = gw.ports();
+  std::printf(
+    "local-run: the gateway: HAProxy (pid %d, admin socket %s) follows the rotation; once the\n"
+    "local-run: proxies have joined, each request leaves through one of them, and the page\n"
+    "local-run: answers with the exit it came from. Paste:\n"
+    "  curl -x %s %s            # a new exit per connection: three requests, three proxies\n"
+    "  curl -x %s -U session-1:x %s   # one exit per named session\n"
+    "  curl -x %s %s            # by client address\n",
+    gw.pid(), gw.socket().c_str(), via(p.rotate).c_str(), page.url().c_str(),
+    via(p.session).c_str(), page.url().c_str(), via(p.client).c_str(), page.url().c_str());
+  if (cfg.proxies.size() > 1)
+    std::printf("  curl -x %s %s            # only the proxy tagged \"eu\" (%s)\n",
+                via(p.tagged).c_str(), page.url().c_str(), cfg.proxies.back().name.c_str());
+  std::printf("  curl http://127.0.0.1:%d/rotation   # the rotation as JSON; ?after=GEN waits "
+              "for the next change\n",
+              cfg.metrics.port);
 }
 
 } // namespace
@@ -151,6 +184,18 @@ int main(int argc, char** argv) {
       names.emplace_back("egress-" + std::to_string(i), host.name());
     auto cfg = test::appliance_config("local-vms", app, mirror, {&host}, names, boot);
     cfg.poll_interval = std::chrono::seconds(1);
+    // The gateway, in front of the VMs.
+    test::haproxy gateway;
+    gateway.start();
+    test::vm_network_route route{host};
+    test::exit_target page{host.bridge_addr(), exit_port, host.netns().name()};
+    if (proxies > 1)
+      cfg.proxies.back().tags.push_back("eu");
+    cfg.gateway.enabled = true;
+    cfg.gateway.socket = gateway.socket();
+    cfg.gateway.backends = {{"egress", ""}, {"egress_by_client", ""},
+                            {"egress_by_session", ""}, {"egress_eu", "eu"}};
+    cfg.metrics.port = test::free_port("127.0.0.1");
     if (auto err = validate(cfg)) {
       std::fprintf(stderr, "local-run: generated config invalid: %s\n", render(err).c_str());
       return 1;
@@ -168,6 +213,7 @@ int main(int argc, char** argv) {
                 "local-run: Ctrl-C stops the engine and tears everything down; caf-shell attaches "
                 "to the port caf-run logs (\"inspector listening\")\n",
                 config_file.c_str(), mirror.url("").c_str(), host.console_dir().c_str());
+    print_gateway(gateway, page, cfg);
     std::fflush(stdout);
     if (stop_requested) {
       std::printf("local-run: stopped before the engine started\n");

@@ -31,8 +31,11 @@ inline void scrape_request(const uint8_t* data, size_t size) {
   for (size_t n : {size / 3, size / 2, size}) {
     auto r = parse_scrape_request(all.substr(0, n));
     if (r.state == egress::scrape_request::verdict::complete
-        && (r.method.size() > max_request_bytes || r.path.size() > max_request_bytes))
+        && (r.method.size() > max_request_bytes || r.path.size() > max_request_bytes
+            || r.query.size() > max_request_bytes))
       __builtin_trap();
+    // The query's `after` (GET /rotation?after=G) from whatever came.
+    (void) parse_after(r.query);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 #include <thread>
 
@@ -139,8 +140,20 @@ inline lv::connection_ptr witness(const std::string& uri = "test:///default") {
 /// Records every rotation event it receives (for tests that check who
 /// joined and who left, in order).
 struct rotation_log {
+  using time_point = std::chrono::steady_clock::time_point;
   std::mutex mtx;
   std::vector<rotation_event> events;
+  std::vector<time_point> times; // when each event reached the recorder
+
+  /// When `proxy` first joined (or left) at or after `since`.
+  std::optional<time_point> when(const std::string& proxy, bool joined,
+                                 time_point since = time_point{}) {
+    std::lock_guard<std::mutex> guard{mtx};
+    for (size_t i = 0; i < events.size(); ++i)
+      if (events[i].proxy == proxy && events[i].joined == joined && times[i] >= since)
+        return times[i];
+    return std::nullopt;
+  }
 
   std::vector<rotation_event> snapshot() {
     std::lock_guard<std::mutex> guard{mtx};
@@ -162,6 +175,7 @@ rotation_recorder(rotation_events_actor::pointer, std::shared_ptr<rotation_log> 
   return {[log](rotation_event& e) {
     std::lock_guard<std::mutex> guard{log->mtx};
     log->events.push_back(std::move(e));
+    log->times.push_back(std::chrono::steady_clock::now());
   }};
 }
 

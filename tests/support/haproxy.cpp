@@ -2,6 +2,7 @@
 
 #include "support/haproxy.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <regex>
 #include <sstream>
@@ -159,21 +160,42 @@ std::map<std::string, haproxy::server> haproxy::servers(const std::string& backe
   if (!rows)
     return out;
   for (auto& r : *rows)
-    out[r.name] = {r.address, r.port, r.admin_state};
+    out[r.name] = {r.address, r.port, r.admin_state, r.op_state};
   return out;
 }
 
-int64_t haproxy::sessions(const std::string& backend, const std::string& name) const {
+int64_t haproxy::stat(const std::string& backend, const std::string& name,
+                      const std::string& column) const {
   // By id: a frontend of the same name would hide the backend.
   auto rows = egress::haproxy::parse_servers_state(command("show servers state " + backend),
                                                    backend);
   if (!rows || rows->empty())
     return -1;
-  auto id = std::to_string(rows->front().backend_id);
-  auto s = egress::haproxy::parse_sessions(command("show stat " + id + " 4 -1"), backend);
-  if (!s || !s->contains(name))
+  std::stringstream csv(command("show stat " + std::to_string(rows->front().backend_id)
+                                + " 4 -1"));
+  auto fields = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');)
+      out.push_back(f);
+    return out;
+  };
+  std::string line;
+  if (!std::getline(csv, line) || !line.starts_with("# "))
     return -1;
-  return static_cast<int64_t>(s->at(name));
+  auto header = fields(line.substr(2));
+  auto at = [&](const std::string& c) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), c) - header.begin());
+  };
+  size_t sv = at("svname"), col = at(column);
+  if (sv == header.size() || col == header.size())
+    return -1;
+  while (std::getline(csv, line)) {
+    auto f = fields(line);
+    if (f.size() > std::max(sv, col) && f[sv] == name)
+      return std::atoll(f[col].c_str());
+  }
+  return -1;
 }
 
 // -- the exits' page ------------------------------------------------------------------

@@ -77,12 +77,21 @@ public:
     std::string address;
     uint32_t port = 0;
     uint32_t admin_state = 0;
+    uint32_t op_state = 0; // 2: running; 0: stopped (HAProxy's own check failed)
     bool ready() const { return admin_state == 0; }
+    /// Takes new connections: ready, and not down by a check of HAProxy's.
+    bool serving() const { return admin_state == 0 && op_state == 2; }
   };
   /// name -> server; empty when the backend could not be read.
   std::map<std::string, server> servers(const std::string& backend = "egress") const;
   /// Sessions a server carries now (show stat's scur); -1 when unknown.
-  int64_t sessions(const std::string& backend, const std::string& name) const;
+  int64_t sessions(const std::string& backend, const std::string& name) const {
+    return stat(backend, name, "scur");
+  }
+  /// One column of a server's `show stat` line (scur: sessions now, stot:
+  /// sessions ever); -1 when unknown.
+  int64_t stat(const std::string& backend, const std::string& name,
+               const std::string& column) const;
 
   /// The shipped config, for reading: dist/haproxy/egress-gateway.cfg.
   static std::string shipped_config();

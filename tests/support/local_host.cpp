@@ -194,7 +194,7 @@ void local_host::start_network() {
     net_xml,
     "<network xmlns:dnsmasq='http://libvirt.org/schemas/network/dnsmasq/1.0'>\n"
     "  <name>egress-net</name>\n"
-    "  <bridge name='egbr" + s + "' stp='off' delay='0'/>\n"
+    "  <bridge name='" + bridge_name() + "' stp='off' delay='0'/>\n"
     "  <ip address='" + bridge_addr() + "' netmask='255.255.255.0'>\n"
     "    <dhcp><range start='10.213." + s + ".100' end='10.213." + s + ".200'/></dhcp>\n"
     "  </ip>\n"
@@ -229,6 +229,10 @@ std::string local_host::bridge_addr() const {
   return "10.213." + std::to_string(opts_.subnet) + ".1";
 }
 
+std::string local_host::bridge_name() const {
+  return "egbr" + std::to_string(opts_.subnet);
+}
+
 std::string local_host::vm_cidr() const {
   return "10.213." + std::to_string(opts_.subnet) + ".0/24";
 }
@@ -253,6 +257,62 @@ std::string local_host::fetch_through(const std::string& address,
                  + std::to_string(timeout.count()) + ").read().decode())\n"});
   auto r = testbed::run(argv, timeout + 10s);
   return r.ok() ? r.output : "";
+}
+
+vm_network_route::vm_network_route(local_host& host) : host_(host) {
+  auto& net = host_.netns();
+  try {
+    auto sysctl = net.exec_prefix();
+    sysctl.insert(sysctl.end(), {"sysctl", "-q", "-w", "net.ipv4.ip_forward=1"});
+    testbed::run_checked(sysctl);
+    for (auto& r : rules("-I"))
+      testbed::run_checked(r);
+    testbed::run_checked({"ip", "route", "replace", host_.vm_cidr(), "via", net.peer_addr(),
+                          "dev", net.host_if()});
+    route_ = host_.vm_cidr();
+  } catch (...) {
+    for (auto& r : rules("-D"))
+      testbed::run(r);
+    throw;
+  }
+}
+
+vm_network_route::~vm_network_route() {
+  if (!route_.empty())
+    testbed::run({"ip", "route", "del", route_, "dev", host_.netns().host_if()});
+  for (auto& r : rules("-D"))
+    testbed::run(r);
+}
+
+// The namespace's FORWARD chain holds libvirt's rules for the isolated
+// network (everything to and from the bridge rejected): these go first.
+std::vector<std::vector<std::string>> vm_network_route::rules(const char* op) const {
+  auto& net = host_.netns();
+  auto bridge = host_.bridge_name();
+  auto in_ns = [&](std::vector<std::string> args) {
+    auto argv = net.exec_prefix();
+    argv.insert(argv.end(), {"iptables", "-w"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"-m", "comment", "--comment", testbed::netns::rule_tag()});
+    return argv;
+  };
+  // An insert goes first in its chain; a delete names the rule by its spec.
+  std::vector<std::string> forward{op, "FORWARD"}, nat{"-t", "nat", op, "POSTROUTING"};
+  if (std::string{op} == "-I") {
+    forward.push_back("1");
+    nat.push_back("1");
+  }
+  auto with = [](std::vector<std::string> head, std::vector<std::string> spec) {
+    head.insert(head.end(), spec.begin(), spec.end());
+    return head;
+  };
+  return {
+    in_ns(with(forward, {"-i", net.peer_if(), "-o", bridge, "-s", net.host_addr(), "-j",
+                         "ACCEPT"})),
+    in_ns(with(forward, {"-i", bridge, "-o", net.peer_if(), "-m", "conntrack", "--ctstate",
+                         "ESTABLISHED,RELATED", "-j", "ACCEPT"})),
+    in_ns(with(nat, {"-s", net.host_addr(), "-o", bridge, "-j", "MASQUERADE"})),
+  };
 }
 
 host_config local_host::host() const {

@@ -88,6 +88,7 @@ public:
   const std::string& name() const { return opts_.name; }
   std::string bridge_addr() const;          // 10.213.<subnet>.1
   std::string vm_cidr() const;              // 10.213.<subnet>.0/24
+  std::string bridge_name() const;          // egbr<subnet>, inside netns()
   std::string target() const;               // the page the probes fetch
   const std::string& console_dir() const { return consoles_.path(); }
   std::string console_log(const std::string& proxy) const;
@@ -121,6 +122,28 @@ private:
   testbed::temp_dir web_dir_{"web"};
   testbed::process web_;
   std::string pool_;
+};
+
+/// Makes a local_host's VM network reachable from the root namespace, for a
+/// gateway (HAProxy on 127.0.0.1) in front of its proxies: a route to the VM
+/// network through the namespace's veth, forwarding in the namespace from
+/// the veth to the bridge (and back for the connections it made), and the
+/// connections' source rewritten to the bridge's address, so the proxies,
+/// which allow clients of their own network only, take them. The namespace
+/// keeps its isolation otherwise: the VMs still reach nothing beyond the
+/// bridge. Every rule is tagged (netns::rule_tag) and removed by the
+/// destructor; the route goes with it.
+class vm_network_route {
+public:
+  explicit vm_network_route(local_host& host);
+  ~vm_network_route();
+  vm_network_route(const vm_network_route&) = delete;
+  vm_network_route& operator=(const vm_network_route&) = delete;
+
+private:
+  std::vector<std::vector<std::string>> rules(const char* op) const;
+  local_host& host_;
+  std::string route_;
 };
 
 /// Image entries for the appliance served by `mirror`: "appliance-kernel"

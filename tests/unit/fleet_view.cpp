@@ -86,7 +86,7 @@ BOOST_AUTO_TEST_CASE(events_are_built_only_for_a_watcher_and_only_for_changes) {
 // The rotation its consumers see (GET /rotation, the gateway): a declared
 // proxy its health put in, with its spec's port and tags; every join and
 // leave is one generation; a retiring proxy is out whatever its probes say.
-BOOST_AUTO_TEST_CASE(the_rotation_has_a_generation_per_join_and_leave) {
+BOOST_AUTO_TEST_CASE(spec_29_the_rotation_has_a_generation_per_join_and_leave) {
   fleet_view v;
   v.record(health("px-1", true, 2, 7), false); // not declared: not in it
   BOOST_CHECK_EQUAL(v.rotation().size(), 0u);

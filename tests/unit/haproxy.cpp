@@ -152,7 +152,7 @@ BOOST_AUTO_TEST_CASE(a_command_counts_only_with_its_own_success_answer) {
 
 // The plan, tabled: what HAProxy lists and what the rotation wants -> the
 // commands, in order.
-BOOST_AUTO_TEST_CASE(the_plan_brings_a_backend_to_the_rotation) {
+BOOST_AUTO_TEST_CASE(spec_29_the_plan_brings_a_backend_to_the_rotation) {
   auto t0 = clock::now();
   struct row_case {
     const char* what;
@@ -220,7 +220,7 @@ BOOST_AUTO_TEST_CASE(the_plan_brings_a_backend_to_the_rotation) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_drain_keeps_its_start_and_ends_with_the_server) {
+BOOST_AUTO_TEST_CASE(spec_30_a_drain_keeps_its_start_and_ends_with_the_server) {
   auto t0 = clock::now();
   sync_input in;
   in.backend = "egress";
@@ -311,7 +311,7 @@ private:
 
 } // namespace
 
-BOOST_AUTO_TEST_CASE(a_socket_that_is_gone_hung_or_endless_is_bounded_and_named) {
+BOOST_AUTO_TEST_CASE(spec_31_a_socket_that_is_gone_hung_or_endless_is_bounded_and_named) {
   runtime_api gone{endpoint::parse("/tmp/egress-haproxy-test-none.sock")};
   auto r = gone.run("show info", clock::now() + 1s);
   BOOST_REQUIRE(!r);
@@ -403,7 +403,7 @@ BOOST_AUTO_TEST_CASE(the_rotation_renders_as_json) {
 // A socket that answers garbage, answers without end, or is not there: the
 // gateway reports it (state, cause, reason) while the fleet goes on, its
 // rotation unchanged and its status answered at once.
-BOOST_FIXTURE_TEST_CASE(a_gateway_socket_that_misbehaves_is_reported_and_costs_nothing,
+BOOST_FIXTURE_TEST_CASE(spec_31_a_gateway_socket_that_misbehaves_is_reported_and_costs_nothing,
                         test::engine_fixture) {
   struct socket_case {
     const char* what;
