@@ -22,14 +22,22 @@
 // Where VMs cannot run here (no root, no /dev/net/tun, no appliance), it
 // says why and runs caf-run on the embedded default (libvirt's test driver)
 // instead, without a gateway (there is no proxy to send traffic through).
+#include <atomic>
 #include <csignal>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "messages/error.hpp"
 #include "runtime/config_dump.hpp"
@@ -113,6 +121,61 @@ int run_engine(const std::string& caf_run, const std::string& config_file) {
 
 // The page the exits fetch: on the VM network's bridge, beside the probes'.
 constexpr int exit_port = 8081;
+
+// One GET of caf-run's listener on 127.0.0.1: the body, "" when it failed.
+std::string get_local(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return {};
+  timeval tv{40, 0}; // beyond the long poll's 30 s
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  auto req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0
+      && ::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+      out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  auto body = out.find("\r\n\r\n");
+  return out.starts_with("HTTP/1.1 200") && body != std::string::npos ? out.substr(body + 4)
+                                                                       : std::string{};
+}
+
+// Follows the rotation the way any consumer can (GET /rotation?after=G)
+// and says once, when every proxy is in it, that the gateway serves: the
+// line printed at the start has scrolled away behind caf-run's table by
+// then. Ends when caf-run does (its listener closes).
+std::atomic<bool> engine_ended{false};
+
+void announce_when_full(const test::haproxy& gateway, int metrics_port, size_t proxies,
+                        std::string curl_line) {
+  uint64_t generation = 0;
+  while (!stop_requested && !engine_ended) {
+    auto body = get_local(metrics_port, "/rotation?after=" + std::to_string(generation));
+    auto rotation = nlohmann::json::parse(body, nullptr, false);
+    if (rotation.is_discarded() || !rotation.is_object()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    generation = rotation.value("generation", uint64_t{0});
+    if (rotation.value("size", size_t{0}) == proxies) {
+      // HAProxy follows the rotation within milliseconds (docs/spec.md 29).
+      for (int i = 0; i < 40 && gateway.servers("egress").size() < proxies; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::printf("local-run: all %zu proxies are in the rotation, and HAProxy has %zu of them; "
+                  "try:\n  %s\n",
+                  proxies, gateway.servers("egress").size(), curl_line.c_str());
+      std::fflush(stdout);
+      return;
+    }
+  }
+}
 
 void print_gateway(const test::haproxy& gw, const test::exit_target& page,
                    const engine_config& cfg) {
@@ -219,7 +282,13 @@ int main(int argc, char** argv) {
       std::printf("local-run: stopped before the engine started\n");
       return 0;
     }
+    std::thread announcer{announce_when_full, std::cref(gateway), cfg.metrics.port,
+                          cfg.proxies.size(),
+                          "curl -x http://127.0.0.1:" + std::to_string(gateway.ports().rotate)
+                            + " " + page.url()};
     rc = run_engine(caf_run, config_file);
+    engine_ended = true;
+    announcer.join();
     std::printf("local-run: caf-run exited (%d); destroying the VMs and stopping the host...\n",
                 rc);
     std::fflush(stdout);

@@ -172,6 +172,7 @@ BOOST_AUTO_TEST_CASE(spec_29_e2e_every_proxy_serves_and_a_killed_one_gets_no_new
   auto t_kill = clock_type::now();
   auto r = host.virsh({"destroy", "gw-2"});
   BOOST_REQUIRE_MESSAGE(r.ok(), r.output);
+  auto t_destroyed = clock_type::now();
   auto in_flight = gw.sessions("egress", "gw-2");
   auto left = [&] { return events->when("gw-2", false, t_kill); };
   BOOST_REQUIRE(test::eventually([&] { return left().has_value(); }, 10s));
@@ -194,19 +195,23 @@ BOOST_AUTO_TEST_CASE(spec_29_e2e_every_proxy_serves_and_a_killed_one_gets_no_new
       BOOST_CHECK_NE(rec.exit, victim);
     }
   }
-  std::printf("e2e gateway: %zu requests, gw-2 left the rotation %ld ms after its destroy; "
-              "in flight through it at the kill %lld, failed %zu; %zu requests after it left, "
-              "none through it; its sessions ever (stot) %lld then %lld\n",
-              records.size(), ms(t_left - t_kill), static_cast<long long>(in_flight), failed,
+  std::printf("e2e gateway: %zu requests; virsh destroy of gw-2 took %ld ms, it left the "
+              "rotation %ld ms after that; in flight through it at the kill %lld, failed %zu; "
+              "%zu requests after it left, none through it; its sessions ever (stot) %lld then "
+              "%lld\n",
+              records.size(), ms(t_destroyed - t_kill), ms(t_left - t_destroyed),
+              static_cast<long long>(in_flight), failed,
               after_leave, static_cast<long long>(stot_left),
               static_cast<long long>(stot_later));
   BOOST_CHECK_GE(in_flight, 0);
   BOOST_CHECK_LE(static_cast<int64_t>(failed), in_flight);
-  BOOST_CHECK_GT(after_leave, 20u);
+  BOOST_CHECK_GE(after_leave, 10u); // 4 clients, 200 ms requests through TCG VMs, 3 s
   // Deleted (-1) once its sessions ended, or kept with no new one.
   if (stot_later >= 0 && !(rejoined && *rejoined < t_left + 3s))
     BOOST_CHECK_EQUAL(stot_later, stot_left);
-  BOOST_CHECK_LT(t_left - t_kill, 5s);
+  // libvirt's event comes as the destroy ends (virsh destroy itself takes
+  // about 1.8 s here: QEMU under TCG is slow to go).
+  BOOST_CHECK_LT(t_left - t_destroyed, 1s);
   BOOST_REQUIRE(!eng->stop());
 }
 
