@@ -46,8 +46,6 @@
 #include <thread>
 #include <vector>
 
-#include <fcntl.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
@@ -58,9 +56,8 @@
 #include "messages/error.hpp"
 #include "runtime/engine.hpp"
 #include "support/haproxy.hpp"
-#include "support/ssh_host.hpp"
+#include "support/probe_bed.hpp"
 #include "support/testbed.hpp"
-#include "support/vm_network.hpp"
 
 #include "figures.hpp"
 
@@ -90,62 +87,6 @@ double percentile(std::vector<double> v, double p) {
 double median(std::vector<double> v) {
   return percentile(std::move(v), 0.5);
 }
-
-// This thread's network namespace becomes `net`'s (setns acts on the
-// calling thread only).
-void enter(const testbed::netns& net) {
-  int fd = ::open(("/run/netns/" + net.name()).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
-    std::perror("bench-gateway: setns");
-    std::exit(1);
-  }
-  ::close(fd);
-}
-
-struct request_record {
-  clock_type::time_point start;
-  double ms = 0;
-  int code = 0;
-  size_t bytes = 0;
-};
-
-// N clients sending requests through one HTTP proxy from inside the
-// namespace until stopped.
-class load {
-public:
-  load(const testbed::netns& net, std::string proxy, int port, std::string url, int clients) {
-    for (int i = 0; i < clients; ++i)
-      threads_.emplace_back([this, &net, proxy, port, url] {
-        enter(net);
-        while (!stop_) {
-          request_record r;
-          r.start = clock_type::now();
-          auto [code, body] = test::get_through(proxy, port, url, {}, 5s);
-          r.ms = ms_of(clock_type::now() - r.start);
-          r.code = code;
-          r.bytes = body.size();
-          std::lock_guard<std::mutex> guard{mtx_};
-          records_.push_back(r);
-        }
-      });
-  }
-  ~load() { finish(); }
-
-  std::vector<request_record> finish() {
-    stop_ = true;
-    for (auto& t : threads_)
-      if (t.joinable())
-        t.join();
-    std::lock_guard<std::mutex> guard{mtx_};
-    return records_;
-  }
-
-private:
-  std::atomic<bool> stop_{false};
-  std::mutex mtx_;
-  std::vector<request_record> records_;
-  std::vector<std::thread> threads_;
-};
 
 // Notes when a server of an HAProxy stops taking new connections.
 class out_watch {
@@ -185,16 +126,8 @@ private:
 
 const std::vector<std::string> names{"bg-1", "bg-2", "bg-3"};
 
-struct bed {
+struct bed : test::probe_bed {
   options o;
-  testbed::libvirtd lv;
-  testbed::netns net;
-  testbed::sshd ssh{[this] {
-    auto so = testbed::sshd_options::in(net);
-    so.libvirt_socket_dir = lv.socket_dir();
-    return so;
-  }()};
-  test::vm_network vms{net};
   test::exit_target page{test::vm_network::web_addr, 8081, net.name()};
   test::haproxy gw{[this] {
     test::haproxy_options ho;
@@ -209,8 +142,6 @@ struct bed {
   std::map<std::string, std::string> address; // proxy -> address
 
   explicit bed(options opts) : o(opts) {
-    lv.start();
-    ssh.start();
     gw.start();
     sys_cfg.set("logger.file-verbosity", caf::atom("quiet"));
     configure(sys_cfg);
@@ -223,25 +154,8 @@ struct bed {
   }
 
   engine_config config() {
-    engine_config c;
-    c.entry = "bench-gateway";
-    c.poll_interval = 200ms;
-    c.shutdown_timeout = 5s;
+    auto c = probed_config("bench-gateway", names);
     c.gc = true;
-    c.hosts.push_back(test::ssh_host(ssh, lv));
-    for (auto& n : names) {
-      proxy_spec p;
-      p.name = n;
-      p.host = "hv1";
-      p.network = "default";
-      c.proxies.push_back(p);
-    }
-    c.probe.mode = "http";
-    c.probe.target = test::vm_network::target();
-    c.probe.interval = 500ms;
-    c.probe.timeout = 400ms;
-    c.probe.rise = 2;
-    c.probe.fall = 2;
     c.gateway.enabled = true;
     c.gateway.socket = gw.socket();
     c.gateway.backends = {{"egress", ""}};
@@ -282,10 +196,9 @@ struct bed {
                                       [](auto& p) { return !p.address.empty(); }); }, 30s))
       fail("the proxies never got addresses");
     auto st = eng->status();
-    for (auto& p : st->proxies) {
+    serve_all(*eng);
+    for (auto& p : st->proxies)
       address[p.name] = p.address;
-      vms.start_proxy(p.address);
-    }
     if (!wait_status([](auto& st) { return st.rotation.size() == 3; }, 30s))
       fail("the rotation never held all three");
     // The baseline: the same proxies as static servers with HAProxy's checks.
@@ -352,7 +265,7 @@ struct run_figures {
 
 run_figures measure(bed& b, const std::string& proxy, int port, const std::string& url) {
   auto t0 = clock_type::now();
-  load l{b.net, proxy, port, url, b.o.clients};
+  test::request_load l{proxy, port, url, b.o.clients, 5s, b.net.name()};
   std::this_thread::sleep_for(std::chrono::seconds(b.o.seconds));
   auto records = l.finish();
   double secs = ms_of(clock_type::now() - t0) / 1000;
@@ -364,7 +277,7 @@ run_figures measure(bed& b, const std::string& proxy, int port, const std::strin
       ++f.failed;
       continue;
     }
-    lat.push_back(r.ms);
+    lat.push_back(ms_of(r.end - r.start));
     bytes += r.bytes;
   }
   f.rps = static_cast<double>(lat.size()) / secs;
@@ -379,7 +292,7 @@ struct kill_figures {
   size_t total = 0, failed = 0, slow = 0;
 };
 
-kill_figures count(const std::vector<request_record>& records,
+kill_figures count(const std::vector<test::request_record>& records,
                    std::optional<clock_type::time_point> out, clock_type::time_point t_kill) {
   kill_figures k;
   k.out_ms = out ? ms_of(*out - t_kill) : -1;
@@ -387,7 +300,7 @@ kill_figures count(const std::vector<request_record>& records,
     ++k.total;
     if (r.code != 200)
       ++k.failed;
-    else if (r.ms > 1000)
+    else if (r.end - r.start > 1s)
       ++k.slow;
   }
   return k;
@@ -416,12 +329,7 @@ int main(int argc, char** argv) {
                          "MaxClients), --rounds >= 1\n");
     return 2;
   }
-  if (::geteuid() != 0) {
-    std::fprintf(stderr, "bench-gateway: needs root (network namespaces, daemons)\n");
-    return 77;
-  }
   log::set_level(log::level::error);
-  testbed::sweep_stale();
   bed b{o};
   b.start();
   test::figures csv{"phase", "size", "side", "round", "rps", "mbps", "p50_ms", "p99_ms",
@@ -480,9 +388,10 @@ int main(int argc, char** argv) {
   for (int r = 0; r < o.rounds; ++r) {
     auto victim = names[static_cast<size_t>(r) % names.size()];
     auto addr = b.address[victim];
-    load on_engine{b.net, b.gw.address(), b.gw.ports().rotate, b.page.url(), o.clients};
-    load on_checks{b.net, b.checks->address(), b.checks->ports().rotate, b.page.url(),
-                   o.clients};
+    test::request_load on_engine{b.gw.address(), b.gw.ports().rotate, b.page.url(), o.clients,
+                                 5s, b.net.name()};
+    test::request_load on_checks{b.checks->address(), b.checks->ports().rotate, b.page.url(),
+                                 o.clients, 5s, b.net.name()};
     std::this_thread::sleep_for(1s);
     out_watch w_engine{b.gw, victim}, w_checks{*b.checks, victim};
     auto t_kill = clock_type::now();

@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
     cfg.gateway.socket = gateway.socket();
     cfg.gateway.backends = {{"egress", ""}, {"egress_by_client", ""},
                             {"egress_by_session", ""}, {"egress_eu", "eu"}};
-    cfg.metrics.port = test::free_port("127.0.0.1");
+    cfg.metrics.port = testbed::free_port("127.0.0.1");
     if (auto err = validate(cfg)) {
       std::fprintf(stderr, "local-run: generated config invalid: %s\n", render(err).c_str());
       return 1;

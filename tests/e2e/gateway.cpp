@@ -9,9 +9,7 @@
 #define BOOST_TEST_MODULE gateway_e2e
 #include <boost/test/unit_test.hpp>
 
-#include <atomic>
 #include <cstdio>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -35,51 +33,6 @@ struct checked {
 long ms(clock_type::duration d) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
 }
-
-// One request of the load: when it started and ended, and what came back.
-struct request_record {
-  clock_type::time_point start, end;
-  int code = 0;
-  std::string exit;
-};
-
-// Clients that send requests through the gateway one after another, each
-// in a thread of its own, until stopped.
-class load {
-public:
-  load(const test::haproxy& gw, int port, std::string url, int clients) {
-    for (int i = 0; i < clients; ++i)
-      threads_.emplace_back([this, &gw, port, url] {
-        while (!stop_) {
-          request_record r;
-          r.start = clock_type::now();
-          auto [code, body] = test::get_through(gw.address(), port, url, {}, 20s);
-          r.end = clock_type::now();
-          r.code = code;
-          if (code == 200 && body.starts_with("exit "))
-            r.exit = body.substr(5, body.find('\n') - 5);
-          std::lock_guard<std::mutex> guard{mtx_};
-          records_.push_back(std::move(r));
-        }
-      });
-  }
-  ~load() { finish(); }
-
-  std::vector<request_record> finish() {
-    stop_ = true;
-    for (auto& t : threads_)
-      if (t.joinable())
-        t.join();
-    std::lock_guard<std::mutex> guard{mtx_};
-    return records_;
-  }
-
-private:
-  std::atomic<bool> stop_{false};
-  std::mutex mtx_;
-  std::vector<request_record> records_;
-  std::vector<std::thread> threads_;
-};
 
 struct bed : test::engine_fixture {
   checked check;
@@ -167,7 +120,7 @@ BOOST_AUTO_TEST_CASE(spec_29_e2e_every_proxy_serves_and_a_killed_one_gets_no_new
   BOOST_CHECK(exits == addresses);
 
   auto victim = address_of(*eng, "gw-2");
-  load clients{gw, gw.ports().rotate, page.url("/slow?ms=200"), 4};
+  test::request_load clients{gw.address(), gw.ports().rotate, page.url("/slow?ms=200"), 4, 20s};
   std::this_thread::sleep_for(2s);
   auto t_kill = clock_type::now();
   auto r = host.virsh({"destroy", "gw-2"});

@@ -21,19 +21,14 @@
 
 #include "support/engine_fixture.hpp"
 #include "support/haproxy.hpp"
-#include "support/ssh_host.hpp"
+#include "support/probe_bed.hpp"
 #include "support/testbed.hpp"
-#include "support/vm_network.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-struct root_checked {
-  root_checked() { testbed::require_root_or_skip(); }
-};
 
 // Reads HAProxy's servers every 2 ms and notes when each was first seen
 // ready, and first seen not ready (maintenance, or gone) after that.
@@ -84,16 +79,7 @@ private:
   std::thread thread_;
 };
 
-struct bed : test::engine_fixture {
-  root_checked check;
-  testbed::libvirtd lv;
-  testbed::netns net;
-  testbed::sshd ssh{[this] {
-    auto o = testbed::sshd_options::in(net);
-    o.libvirt_socket_dir = lv.socket_dir();
-    return o;
-  }()};
-  test::vm_network vms{net};
+struct bed : test::engine_fixture, test::probe_bed {
   test::exit_target page{test::vm_network::web_addr, 8081, net.name()};
   test::haproxy gw{[this] {
     test::haproxy_options o;
@@ -102,28 +88,14 @@ struct bed : test::engine_fixture {
     return o;
   }()};
 
-  bed() {
-    lv.start();
-    ssh.start();
-    gw.start();
-  }
+  bed() { gw.start(); }
 
   engine_config config(const std::vector<std::string>& names) {
-    auto cfg = test::test_config("gateway");
-    cfg.poll_interval = 200ms;
+    auto cfg = probed_config("gateway", names);
     cfg.gc = true;
-    cfg.hosts.push_back(test::ssh_host(ssh, lv));
-    for (auto& n : names) {
-      cfg.proxies.push_back(test::test_proxy(n, "hv1"));
-      if (n == "gp-3")
-        cfg.proxies.back().tags = {"unit", "eu"};
-    }
-    cfg.probe.mode = "http";
-    cfg.probe.target = test::vm_network::target();
-    cfg.probe.interval = 500ms;
-    cfg.probe.timeout = 400ms;
-    cfg.probe.rise = 2;
-    cfg.probe.fall = 2;
+    for (auto& p : cfg.proxies)
+      if (p.name == "gp-3")
+        p.tags = {"unit", "eu"};
     cfg.gateway.enabled = true;
     cfg.gateway.socket = gw.socket();
     cfg.gateway.backends = {{"egress", ""}, {"egress_by_client", ""}, {"egress_by_session", ""},
@@ -134,12 +106,7 @@ struct bed : test::engine_fixture {
   }
 
   // Starts a tinyproxy at every running proxy's address.
-  void serve_all(engine& eng) {
-    auto st = eng.status();
-    BOOST_REQUIRE(st);
-    for (auto& p : st->proxies)
-      vms.start_proxy(p.address);
-  }
+  void serve_all(engine& eng) { BOOST_REQUIRE(probe_bed::serve_all(eng)); }
 
   std::string address_of(engine& eng, const std::string& name) {
     return find(*eng.status(), name)->address;

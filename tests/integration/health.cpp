@@ -10,57 +10,21 @@
 #include <caf/send.hpp>
 
 #include "support/engine_fixture.hpp"
-#include "support/ssh_host.hpp"
+#include "support/probe_bed.hpp"
 #include "support/testbed.hpp"
-#include "support/vm_network.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;
 
 namespace {
 
-struct root_checked {
-  root_checked() { testbed::require_root_or_skip(); }
-};
-
-struct bed : test::engine_fixture {
-  root_checked check;
-  testbed::libvirtd lv;
-  testbed::netns net;
-  testbed::sshd ssh{[this] {
-    auto o = testbed::sshd_options::in(net);
-    o.libvirt_socket_dir = lv.socket_dir();
-    return o;
-  }()};
-  test::vm_network vms{net};
-
-  bed() {
-    lv.start();
-    ssh.start();
-  }
-
+struct bed : test::engine_fixture, test::probe_bed {
   engine_config config(const std::vector<std::string>& names) {
-    auto cfg = test::test_config("rotation");
-    cfg.poll_interval = 200ms;
-    cfg.hosts.push_back(test::ssh_host(ssh, lv));
-    for (auto& n : names)
-      cfg.proxies.push_back(test::test_proxy(n, "hv1"));
-    cfg.probe.mode = "http";
-    cfg.probe.target = test::vm_network::target();
-    cfg.probe.interval = 500ms;
-    cfg.probe.timeout = 400ms;
-    cfg.probe.rise = 2;
-    cfg.probe.fall = 2;
-    return cfg;
+    return probed_config("rotation", names);
   }
 
   // Starts a tinyproxy at every running proxy's address.
-  void serve_all(engine& eng) {
-    auto st = eng.status();
-    BOOST_REQUIRE(st);
-    for (auto& p : st->proxies)
-      vms.start_proxy(p.address);
-  }
+  void serve_all(engine& eng) { BOOST_REQUIRE(probe_bed::serve_all(eng)); }
 
   std::string address_of(engine& eng, const std::string& name) {
     return find(*eng.status(), name)->address;

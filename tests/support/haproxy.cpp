@@ -3,14 +3,18 @@
 #include "support/haproxy.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,29 +44,6 @@ std::string rebind(std::string text, const std::string& frontend, const std::str
 
 } // namespace
 
-int free_port(const std::string& address, const std::string& netns) {
-  if (!netns.empty()) {
-    auto r = testbed::run(in_netns(netns, {"/usr/bin/python3", "-c",
-                                           "import socket; s = socket.socket(); s.bind(('"
-                                             + address + "', 0)); print(s.getsockname()[1])"}));
-    if (!r.ok())
-      throw std::runtime_error("free_port in " + netns + ": " + r.output);
-    return std::stoi(r.output);
-  }
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  ::inet_pton(AF_INET, address.c_str(), &sa.sin_addr);
-  socklen_t len = sizeof sa;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0
-      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
-    port = ntohs(sa.sin_port);
-  ::close(fd);
-  if (port == 0)
-    throw std::runtime_error("free_port: none on " + address);
-  return port;
-}
 
 std::string haproxy::shipped_config() {
   auto text = testbed::read_file(std::string{EGRESS_SOURCE_DIR}
@@ -76,15 +57,15 @@ haproxy::haproxy(haproxy_options opts) : opts_(std::move(opts)) {
   if (::access("/usr/sbin/haproxy", X_OK) != 0)
     throw std::runtime_error("/usr/sbin/haproxy is missing (scripts/install-deps)");
   socket_ = opts_.socket.empty() ? dir_ / "admin.sock" : opts_.socket;
-  ports_.rotate = free_port(opts_.address, opts_.netns);
+  ports_.rotate = testbed::free_port(opts_.address, opts_.netns);
   do
-    ports_.client = free_port(opts_.address, opts_.netns);
+    ports_.client = testbed::free_port(opts_.address, opts_.netns);
   while (ports_.client == ports_.rotate);
   do
-    ports_.session = free_port(opts_.address, opts_.netns);
+    ports_.session = testbed::free_port(opts_.address, opts_.netns);
   while (ports_.session == ports_.rotate || ports_.session == ports_.client);
   do
-    ports_.tagged = free_port(opts_.address, opts_.netns);
+    ports_.tagged = testbed::free_port(opts_.address, opts_.netns);
   while (ports_.tagged == ports_.rotate || ports_.tagged == ports_.client
          || ports_.tagged == ports_.session);
   auto text = shipped_config();
@@ -314,6 +295,50 @@ std::pair<int, std::string> get_through(const std::string& proxy_address, int pr
     return {0, out};
   auto body = out.find("\r\n\r\n");
   return {std::stoi(out.substr(9, 3)), body == std::string::npos ? "" : out.substr(body + 4)};
+}
+
+// -- load -------------------------------------------------------------------------
+
+request_load::request_load(std::string proxy, int port, std::string url, int clients,
+                           std::chrono::milliseconds timeout, std::string netns) {
+  for (int i = 0; i < clients; ++i)
+    threads_.emplace_back([=, this] { run(proxy, port, url, timeout, netns); });
+}
+
+void request_load::run(const std::string& proxy, int port, const std::string& url,
+                       std::chrono::milliseconds timeout, const std::string& netns) {
+  if (!netns.empty()) {
+    int fd = ::open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+    bool entered = fd >= 0 && ::setns(fd, CLONE_NEWNET) == 0;
+    if (fd >= 0)
+      ::close(fd);
+    if (!entered) {
+      std::fprintf(stderr, "request_load: cannot enter %s: %s\n", netns.c_str(),
+                   std::strerror(errno));
+      return;
+    }
+  }
+  while (!stop_) {
+    request_record r;
+    r.start = std::chrono::steady_clock::now();
+    auto [code, body] = get_through(proxy, port, url, {}, timeout);
+    r.end = std::chrono::steady_clock::now();
+    r.code = code;
+    r.bytes = body.size();
+    if (code == 200 && body.starts_with("exit "))
+      r.exit = body.substr(5, body.find('\n') - 5);
+    std::lock_guard<std::mutex> guard{mtx_};
+    records_.push_back(std::move(r));
+  }
+}
+
+std::vector<request_record> request_load::finish() {
+  stop_ = true;
+  for (auto& t : threads_)
+    if (t.joinable())
+      t.join();
+  std::lock_guard<std::mutex> guard{mtx_};
+  return records_;
 }
 
 } // namespace egress::test

@@ -17,10 +17,13 @@
 // it; /slow?ms=N answers after N ms (a connection in flight), /bytes?n=N
 // sends N bytes.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/testbed.hpp"
@@ -131,7 +134,39 @@ std::pair<int, std::string> get_through(const std::string& proxy_address, int pr
                                         std::chrono::milliseconds timeout
                                         = std::chrono::seconds(5));
 
-/// A free TCP port on `address` (inside `netns` if given) a moment ago.
-int free_port(const std::string& address, const std::string& netns = {});
+
+/// One request of a request_load: when it started and ended, and what came
+/// back (the exit's address, when the page named one).
+struct request_record {
+  std::chrono::steady_clock::time_point start, end;
+  int code = 0;
+  size_t bytes = 0;
+  std::string exit;
+};
+
+/// Clients that send GET `url` through the HTTP proxy at proxy:port one
+/// after another, each in a thread of its own, until finish(); inside
+/// network namespace `netns` if given (each thread enters it: setns acts on
+/// the calling thread only).
+class request_load {
+public:
+  request_load(std::string proxy, int port, std::string url, int clients,
+               std::chrono::milliseconds timeout, std::string netns = {});
+  ~request_load() { finish(); }
+  request_load(const request_load&) = delete;
+  request_load& operator=(const request_load&) = delete;
+
+  /// Stops the clients, waits for their requests in flight, and returns
+  /// every request's record.
+  std::vector<request_record> finish();
+
+private:
+  void run(const std::string& proxy, int port, const std::string& url,
+           std::chrono::milliseconds timeout, const std::string& netns);
+  std::atomic<bool> stop_{false};
+  std::mutex mtx_;
+  std::vector<request_record> records_;
+  std::vector<std::thread> threads_;
+};
 
 } // namespace egress::test

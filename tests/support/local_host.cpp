@@ -22,22 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-int free_loopback_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sa;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0
-      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
-    port = ntohs(sa.sin_port);
-  ::close(fd);
-  if (port == 0)
-    throw std::runtime_error("local_host: no free port on 127.0.0.1");
-  return port;
-}
-
 /// Waits until something accepts on address:port, optionally inside a
 /// network namespace (a python one-liner there; a plain connect here).
 void wait_listening(const std::vector<std::string>& prefix, const std::string& address, int port,
@@ -129,7 +113,7 @@ appliance require_vms_or_skip() {
 // -- mirror -----------------------------------------------------------------------
 
 file_mirror::file_mirror(std::string dir) : dir_(std::move(dir)) {
-  port_ = free_loopback_port();
+  port_ = testbed::free_port("127.0.0.1");
   server_ = testbed::process({{"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1",
                                "--directory", dir_, std::to_string(port_)},
                               {},

@@ -164,6 +164,10 @@ private:
   bool partitioned_ = false;
 };
 
+/// A TCP port nobody listens on at `address` a moment ago (the kernel picks
+/// it), inside network namespace `netns` if given. Throws when none.
+int free_port(const std::string& address, const std::string& netns = {});
+
 // ---- libvirtd ---------------------------------------------------------------
 
 struct libvirtd_options {

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace egress::testbed {
@@ -150,6 +152,30 @@ netns::~netns() {
   } catch (...) {
     // Only fork can fail here; sweep_stale() removes what is left.
   }
+}
+
+int free_port(const std::string& address, const std::string& netns) {
+  if (!netns.empty()) {
+    auto r = run({"ip", "netns", "exec", netns, "/usr/bin/python3", "-c",
+                  "import socket; s = socket.socket(); s.bind(('" + address
+                    + "', 0)); print(s.getsockname()[1])"});
+    if (!r.ok())
+      throw std::runtime_error("testbed: free_port in " + netns + ": " + r.output);
+    return std::stoi(r.output);
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  ::inet_pton(AF_INET, address.c_str(), &sa.sin_addr);
+  socklen_t len = sizeof sa;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0
+      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
+    port = ntohs(sa.sin_port);
+  ::close(fd);
+  if (port == 0)
+    throw std::runtime_error("testbed: no free port on " + address);
+  return port;
 }
 
 std::vector<std::string> netns::exec_prefix() const {

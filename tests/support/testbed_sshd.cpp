@@ -19,22 +19,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-/// A TCP port nobody listens on at `address` right now (the kernel picks it).
-int free_port(const std::string& address) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  ::inet_pton(AF_INET, address.c_str(), &sa.sin_addr);
-  socklen_t len = sizeof sa;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0
-      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("testbed: no free port on " + address);
-  }
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
 void keygen(const std::string& type, const std::string& path) {
   std::vector<std::string> argv{"ssh-keygen", "-q", "-t", type, "-N", "", "-C", "testbed-" + type,
                                 "-f", path};
