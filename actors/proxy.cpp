@@ -42,6 +42,26 @@ std::string spec_hash(const proxy_spec& spec, const std::string& domain_type,
   return mirror::sha256_hex(text);
 }
 
+bool proxy_may_move(proxy_activity from, proxy_activity to) {
+  using a = proxy_activity;
+  switch (from) {
+    case a::idle:
+      return true;
+    case a::first_look:
+      return to == a::idle || to == a::reading || to == a::erasing;
+    case a::reading:
+    case a::creating:
+    case a::starting:
+    case a::replacing:
+      return to == a::idle;
+    case a::awaiting_images:
+      return to == a::idle || to == a::erasing;
+    case a::erasing:
+      return to == a::erasing || to == a::idle || to == a::awaiting_images;
+  }
+  return false;
+}
+
 namespace {
 
 // What counts as a change worth pushing to the sink (the fleet's view, the
@@ -89,12 +109,23 @@ void tell_link(proxy_pointer self) {
   self->send(st.opts.link, address_watch{st.opts.spec.name, st.macs, waiting});
 }
 
-void publish(proxy_pointer self, const proxy_status& before) {
+// Whether a transition pushes its status: when it changed in a way that
+// matters, or always (the answer to an operator's reconcile).
+enum class push : uint8_t { if_changed, always };
+
+// Every status change reaches the sink through here: compared with what the
+// sink last received, so a change is pushed once, wherever it was made.
+void publish(proxy_pointer self, push mode = push::if_changed) {
   auto& st = self->state;
-  if ((worth_pushing(st.status, before) || st.publish_next) && st.opts.sink)
+  if ((mode == push::always || worth_pushing(st.status, st.pushed)) && st.opts.sink) {
     self->send(st.opts.sink, st.status);
-  st.publish_next = false;
+    st.pushed = st.status;
+  }
   tell_link(self);
+}
+
+void raise_pending(proxy_state& st, proxy_pending p) {
+  st.pending = std::max(st.pending, p);
 }
 
 void learn_macs(proxy_state& st, std::vector<std::string>& macs) {
@@ -139,40 +170,56 @@ void arm_poll(proxy_pointer self) {
 
 void erase(proxy_pointer self);
 
-// Every step goes through here: `next` becomes the activity, `change` edits
-// the status (and may start the next step), the status is pushed if it
-// changed, and a proxy left idle reads back what was reported meanwhile and
-// arms its poll timer if it is not settled. An erase outranks every step: a
-// step's late answer changes nothing then.
+// Every move of the machine goes through here, and only here is the
+// activity changed: from `from` (the step this answers, or the activity a
+// step begins from) to `next` (proxy_may_move in actors/proxy.hpp lists
+// them); `change` edits the status and may begin the next step; the status
+// is pushed if it changed; a proxy left idle takes what was pending (an
+// erase first, else a read-back) or arms its poll timer if it is not
+// settled. A proxy no longer in `from` ignores the call: a step overtaken
+// by an erase changes nothing when it answers late.
 template <class Change>
-void transition(proxy_pointer self, proxy_activity next, Change&& change) {
+void transition(proxy_pointer self, proxy_activity from, proxy_activity next, Change&& change,
+                push mode = push::if_changed) {
   auto& st = self->state;
-  if (st.activity == proxy_activity::erasing && next != proxy_activity::erasing)
+  if (st.activity != from)
     return;
+  if (!proxy_may_move(from, next)) {
+    log::error("proxy", st.opts.spec.name + ": no move from activity "
+                          + std::to_string(static_cast<int>(from)) + " to "
+                          + std::to_string(static_cast<int>(next)));
+    return;
+  }
+  st.activity = next;
   // An erase waited for this step: what the step found no longer matters.
-  if (st.erase_after_step && next == proxy_activity::idle) {
-    st.activity = proxy_activity::idle;
+  if (next == proxy_activity::idle && st.pending == proxy_pending::erase) {
+    st.pending = proxy_pending::none;
     erase(self);
     return;
   }
-  auto before = st.status;
-  st.activity = next;
   change();
-  publish(self, before);
+  publish(self, mode);
   if (st.activity != proxy_activity::idle)
     return;
-  if (std::exchange(st.read_after_step, false)) {
+  if (st.pending != proxy_pending::none) {
     poll(self);
     return;
   }
   arm_poll(self);
 }
 
+// A step begins between steps (or, an erase, while images are awaited).
+template <class Change>
+void begin_step(proxy_pointer self, proxy_activity step, Change&& change) {
+  transition(self, self->state.activity, step, std::forward<Change>(change));
+}
+
 // A step whose answer is a fresh look at the domain (a read, a create, a
 // start followed by a read): bulk-read briefs taken before it are stale.
-void begin_looking(proxy_state& st, proxy_activity step) {
-  st.activity = step;
-  st.last_read_at = std::chrono::steady_clock::now().time_since_epoch();
+void begin_looking(proxy_pointer self, proxy_activity step) {
+  begin_step(self, step, [&st = self->state] {
+    st.last_read_at = std::chrono::steady_clock::now().time_since_epoch();
+  });
 }
 
 void record_error(proxy_pointer self, const caf::error& err, bool permanent_fails) {
@@ -337,13 +384,13 @@ bool uses_images(const proxy_state& st) {
 void ensure_images_then(proxy_pointer self, void (*next)(proxy_pointer)) {
   auto& st = self->state;
   auto missing = missing_images(self);
-  st.activity = proxy_activity::awaiting_images;
-  st.ensures_left = static_cast<uint32_t>(missing.size());
+  begin_step(self, proxy_activity::awaiting_images,
+             [&] { st.ensures_left = static_cast<uint32_t>(missing.size()); });
   auto one_done = [self, next] {
     auto& st = self->state;
     if (--st.ensures_left > 0)
       return;
-    transition(self, proxy_activity::idle, [self, next] {
+    transition(self, proxy_activity::awaiting_images, proxy_activity::idle, [self, next] {
       if (missing_images(self).empty())
         next(self);
     });
@@ -360,9 +407,8 @@ void ensure_images_then(proxy_pointer self, void (*next)(proxy_pointer)) {
         [self, one_done](caf::error& err) {
           // Never latches: a permanent image error is fixed by a config
           // change, and the image actor answers it at once until then.
-          auto before = self->state.status;
           record_error(self, err, false);
-          publish(self, before);
+          publish(self);
           one_done();
         });
 }
@@ -441,7 +487,7 @@ void start(proxy_pointer self) {
   st.status.phase = proxy_phase::creating;
   st.status.address.clear();
   st.status.grace_left = 0;
-  begin_looking(st, proxy_activity::starting);
+  begin_looking(self, proxy_activity::starting);
   auto name = st.opts.spec.name;
   link_call<void>(
     self, st.opts.link, st.opts.call_timeout, "start " + name,
@@ -449,11 +495,12 @@ void start(proxy_pointer self) {
       return provision::start_vm(c, name, pool, images);
     },
     [self] {
-      self->state.read_after_step = true;
-      transition(self, proxy_activity::idle, [] {});
+      // Started: what it runs as (and its address) is the next read's.
+      raise_pending(self->state, proxy_pending::read);
+      transition(self, proxy_activity::starting, proxy_activity::idle, [] {});
     },
     [self](const caf::error& err) {
-      transition(self, proxy_activity::idle, [&] {
+      transition(self, proxy_activity::starting, proxy_activity::idle, [&] {
         if (is(err, ec::image_gone))
           forget_images(self);
         record_error(self, err, false);
@@ -474,11 +521,11 @@ void create(proxy_pointer self) {
     return;
   }
   st.status.phase = proxy_phase::creating;
-  begin_looking(st, proxy_activity::creating);
+  begin_looking(self, proxy_activity::creating);
   link_call<domain_reading>(
     self, st.opts.link, st.opts.call_timeout, "create " + st.opts.spec.name, std::move(*job),
     [self](domain_reading& r) {
-      transition(self, proxy_activity::idle, [&] {
+      transition(self, proxy_activity::creating, proxy_activity::idle, [&] {
         self->state.created_by_us = true;
         self->state.status.adopted = false;
         log::info("proxy", self->state.opts.spec.name + ": created uid=" + r.mark.uid);
@@ -486,7 +533,7 @@ void create(proxy_pointer self) {
       });
     },
     [self](const caf::error& err) {
-      transition(self, proxy_activity::idle, [&] {
+      transition(self, proxy_activity::creating, proxy_activity::idle, [&] {
         if (is(err, ec::image_gone))
           forget_images(self);
         if (kind_of(err) == error_kind::transient)
@@ -524,23 +571,23 @@ void replace(proxy_pointer self, const domain_reading& r) {
   log::info("proxy", st.opts.spec.name + ": spec changed (VM uid=" + r.mark.uid
                        + " was made from spec " + r.mark.spec_hash.substr(0, 12)
                        + ", declared is " + st.spec_hash.substr(0, 12) + "); replacing it");
-  s.phase = proxy_phase::creating;
-  s.address.clear();
-  s.grace_left = 0;
-  ++s.replaced;
-  st.activity = proxy_activity::replacing;
+  begin_step(self, proxy_activity::replacing, [&] {
+    s.phase = proxy_phase::creating;
+    s.address.clear();
+    s.grace_left = 0;
+    ++s.replaced;
+  });
+  constexpr auto step = proxy_activity::replacing;
   remove_vm(
     self, "replace",
-    [self] { transition(self, proxy_activity::idle, [self] { create(self); }); },
+    [self] { transition(self, step, proxy_activity::idle, [self] { create(self); }); },
     [self](const caf::error& err) {
-      transition(self, proxy_activity::idle, [&] { record_error(self, err, false); });
+      transition(self, step, proxy_activity::idle, [&] { record_error(self, err, false); });
     });
 }
 
-// A read-back answered (the domain or an error): counted with its time, and
-// pushed whatever it changed if an operator asked for it.
-void count_read(proxy_state& st, uint32_t took_ms, bool asked) {
-  st.publish_next = asked;
+// A read-back answered (the domain or an error): counted with its time.
+void count_read(proxy_state& st, uint32_t took_ms) {
   ++st.status.polls;
   st.status.last_poll_ms = took_ms;
 }
@@ -548,16 +595,17 @@ void count_read(proxy_state& st, uint32_t took_ms, bool asked) {
 // One read-back now, or (a step in flight) right after that step.
 void poll(proxy_pointer self) {
   auto& st = self->state;
-  if (st.activity == proxy_activity::erasing || st.erase_after_step)
+  if (st.activity == proxy_activity::erasing || st.pending == proxy_pending::erase)
     return;
   if (!between_steps(st)) {
-    st.read_after_step = true;
+    raise_pending(st, proxy_pending::read);
     return;
   }
-  begin_looking(st, proxy_activity::reading);
   // Taken when the read begins, not when it was asked: a step (or a read)
   // already in flight pushes its own result, not the operator's.
-  bool asked = std::exchange(st.reconcile_asked, false);
+  auto mode = st.pending == proxy_pending::reconcile ? push::always : push::if_changed;
+  st.pending = proxy_pending::none;
+  begin_looking(self, proxy_activity::reading);
   auto name = st.opts.spec.name;
   auto sources = sources_of(st.opts.address_sources);
   bool with_macs = lease_first(st) && st.macs.empty();
@@ -572,17 +620,17 @@ void poll(proxy_pointer self) {
     [name, sources, with_macs](lv::connection& c) {
       return lv::read_domain(c, name, sources, with_macs);
     },
-    [self, took, asked](domain_reading& r) {
-      transition(self, proxy_activity::idle, [&] {
-        count_read(self->state, took(), asked);
+    [self, took, mode](domain_reading& r) {
+      transition(self, proxy_activity::reading, proxy_activity::idle, [&] {
+        count_read(self->state, took());
         apply_reading(self, r);
-      });
+      }, mode);
     },
-    [self, took, asked](const caf::error& err) {
-      transition(self, proxy_activity::idle, [&] {
-        count_read(self->state, took(), asked);
+    [self, took, mode](const caf::error& err) {
+      transition(self, proxy_activity::reading, proxy_activity::idle, [&] {
+        count_read(self->state, took());
         record_error(self, err, false);
-      });
+      }, mode);
     });
 }
 
@@ -591,7 +639,7 @@ void poll(proxy_pointer self) {
 // that decides what to do; a pause does not: that is the IP grace's case.
 void on_domain_event(proxy_pointer self, const domain_event& ev) {
   auto& st = self->state;
-  if (st.activity == proxy_activity::erasing || st.erase_after_step)
+  if (st.activity == proxy_activity::erasing || st.pending == proxy_pending::erase)
     return;
   log::info("proxy", st.opts.spec.name + ": domain " + to_string(ev.change) + " on "
                        + ev.host);
@@ -599,11 +647,10 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
     st.domain_runs = false;
   if (ends_running(ev.change) && st.status.phase == proxy_phase::running) {
     // Not a step (the read below is): only the status changes here.
-    auto before = st.status;
     st.status.phase = proxy_phase::provisioning;
     st.status.address.clear();
     st.status.grace_left = 0;
-    publish(self, before);
+    publish(self);
   }
   bool news = ends_running(ev.change) || ev.change == domain_change::undefined
               || ev.change == domain_change::suspended
@@ -623,7 +670,7 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
 // lease alone it is one read without an address (the IP grace, spec 11).
 void take_leased(proxy_pointer self, const std::vector<std::string>& addresses) {
   auto& st = self->state;
-  transition(self, proxy_activity::idle, [&] {
+  transition(self, proxy_activity::idle, proxy_activity::idle, [&] {
     auto& s = st.status;
     if (!addresses.empty()) {
       if (std::find(addresses.begin(), addresses.end(), s.address) == addresses.end()) {
@@ -638,7 +685,7 @@ void take_leased(proxy_pointer self, const std::vector<std::string>& addresses) 
     }
     if (st.opts.address_sources.size() > 1) {
       if (!settled(st))
-        st.read_after_step = true;
+        raise_pending(st, proxy_pending::read);
       return;
     }
     if (s.phase == proxy_phase::running && !keep_in_grace(st)) {
@@ -659,7 +706,8 @@ void take_first_look(proxy_pointer self, const domain_brief& b) {
   domain_reading missing;
   missing.name = b.name;
   missing.exists = false;
-  transition(self, proxy_activity::idle, [&] { apply_reading(self, missing); });
+  transition(self, proxy_activity::first_look, proxy_activity::idle,
+             [&] { apply_reading(self, missing); });
 }
 
 // The link's bulk read says what the host has under this proxy's name. A
@@ -696,7 +744,7 @@ void on_domain_brief(proxy_pointer self, domain_brief& b) {
     poll(self);
     return;
   }
-  if (st.activity != proxy_activity::idle || st.erase_after_step)
+  if (st.activity != proxy_activity::idle || st.pending == proxy_pending::erase)
     return;
   if (st.domain_runs && link_brings_address(st))
     take_leased(self, b.addresses);
@@ -708,13 +756,11 @@ void on_domain_brief(proxy_pointer self, domain_brief& b) {
 // proxy goes on as before and every waiter hears why.
 void erase(proxy_pointer self) {
   auto& st = self->state;
-  st.erase_after_step = false;
-  transition(self, proxy_activity::erasing,
-             [&] { st.status.phase = proxy_phase::deleting; });
+  begin_step(self, proxy_activity::erasing, [&] { st.status.phase = proxy_phase::deleting; });
   remove_vm(
     self, "delete",
     [self] {
-      transition(self, proxy_activity::erasing, [self] {
+      transition(self, proxy_activity::erasing, proxy_activity::erasing, [self] {
         self->state.status.phase = proxy_phase::deleted;
         self->state.status.address.clear();
       });
@@ -725,8 +771,8 @@ void erase(proxy_pointer self) {
     [self](const caf::error& err) {
       // Back to what it did: idle, or still waiting for its images.
       auto& st = self->state;
-      st.activity = st.ensures_left > 0 ? proxy_activity::awaiting_images : proxy_activity::idle;
-      transition(self, st.activity, [&] { record_error(self, err, false); });
+      auto to = st.ensures_left > 0 ? proxy_activity::awaiting_images : proxy_activity::idle;
+      transition(self, proxy_activity::erasing, to, [&] { record_error(self, err, false); });
       for (auto& w : self->state.erase_waiters)
         w.deliver(err);
       self->state.erase_waiters.clear();
@@ -744,15 +790,14 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
   st.status.name = st.opts.spec.name;
   st.status.host = st.opts.spec.host;
   // Announce the proxy before its first read, so status lists it at once.
-  if (st.opts.sink)
-    self->send(st.opts.sink, st.status);
+  publish(self, push::always);
   // Watch before the first look: a change after it is then reported. The
   // first look is the link's bulk read after this subscription, one for all
   // the proxies that start together (docs/spec.md 27); if it is late (a
   // link still dialing), the poll timer reads the domain itself.
   self->send(st.opts.link, atom::subscribe_v, st.opts.spec.name,
              caf::actor_cast<proxy_actor>(self));
-  begin_looking(st, proxy_activity::first_look);
+  begin_looking(self, proxy_activity::first_look);
   arm_poll(self);
   return {
     [self](atom::status) { return self->state.status; },
@@ -767,7 +812,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       arm_poll(self);
     },
     [self](atom::reconcile) {
-      self->state.reconcile_asked = true;
+      raise_pending(self->state, proxy_pending::reconcile);
       poll(self);
     },
     [self](domain_event& ev) { on_domain_event(self, ev); },
@@ -776,7 +821,7 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       auto& st = self->state;
       auto rp = self->make_response_promise<proxy_status>();
       st.erase_waiters.push_back(rp);
-      if (st.activity == proxy_activity::erasing || st.erase_after_step)
+      if (st.activity == proxy_activity::erasing || st.pending == proxy_pending::erase)
         return rp;
       // Waiting for images is no libvirt step: nothing to race, and a fill
       // may take its whole budget. Their late answers change nothing then.
@@ -786,10 +831,9 @@ proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
       }
       // A step is in flight (a create, say): deleting now could race it and
       // leave a VM no proxy owns. The erase starts when the step answers.
-      auto before = st.status;
-      st.erase_after_step = true;
+      raise_pending(st, proxy_pending::erase);
       st.status.phase = proxy_phase::deleting;
-      publish(self, before);
+      publish(self);
       return rp;
     },
   };

@@ -66,24 +66,35 @@ enum class proxy_activity : uint8_t {
   erasing,         // deleting it for good: outranks everything else
 };
 
+/// The proxy's machine in one place: from each activity, the activities a
+/// transition may lead to. A step begins between steps (idle, first_look)
+/// and its answer ends it (back to idle); an erase may begin while images
+/// are awaited, and a failed one goes back to what the proxy did.
+/// transition() in actors/proxy.cpp takes no other move.
+///
+///   idle             -> idle, first_look (at spawn), reading, creating,
+///                       starting, awaiting_images, replacing, erasing
+///   first_look       -> idle (the link's first bulk read), reading, erasing
+///   reading, creating, starting, replacing -> idle
+///   awaiting_images  -> idle, erasing
+///   erasing          -> erasing (deleted), idle or awaiting_images (failed)
+bool proxy_may_move(proxy_activity from, proxy_activity to);
+
+/// What waits for the step in flight to answer, weakest first: a read-back
+/// (a change was reported meanwhile), a read-back an operator asked for
+/// (`reconcile`: its result is pushed even if nothing changed), an erase
+/// (deleting alongside a create could leave a VM no proxy owns). A stronger
+/// one takes the place of a weaker one: an erase makes a read pointless.
+enum class proxy_pending : uint8_t { none, read, reconcile, erase };
+
 struct proxy_state {
   std::string name = "proxy";
   proxy_options opts;
   proxy_status status;
+  proxy_status pushed; // what the sink last received
   std::string spec_hash;
-  proxy_activity activity = proxy_activity::idle;
-  // A change was reported while a step was in flight: read back after it.
-  bool read_after_step = false;
-  // An erase arrived while a step was in flight: it starts when the step
-  // answers (deleting alongside a create could leave a VM no proxy owns).
-  bool erase_after_step = false;
-  // An operator asked for a read-back (reconcile) that has not begun yet: the
-  // read that begins next (after the step in flight, if any) is the one whose
-  // result status must show, even if nothing in it changed.
-  bool reconcile_asked = false;
-  // The transition under way ends that read: it pushes the status whatever
-  // changed (consumed by the push).
-  bool publish_next = false;
+  proxy_activity activity = proxy_activity::idle; // changed by transition() only
+  proxy_pending pending = proxy_pending::none;
   bool poll_armed = false;    // one poll timer at a time
   bool created_by_us = false;
   bool create_failed = false; // permanent create error: do not retry blindly

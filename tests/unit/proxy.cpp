@@ -4,8 +4,13 @@
 #define BOOST_TEST_MODULE proxy
 #include <boost/test/unit_test.hpp>
 
+#include <map>
+#include <set>
+#include <vector>
+
 #include <caf/scoped_actor.hpp>
 
+#include "actors/proxy.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
@@ -213,3 +218,28 @@ BOOST_AUTO_TEST_CASE(invalid_config_is_refused_before_any_actor_starts) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The proxy's machine as a table: every (from, to) pair of activities, and
+// whether transition() in actors/proxy.cpp takes that move. A step begins
+// between steps and its answer ends it; an erase outranks every step.
+BOOST_AUTO_TEST_CASE(the_proxy_machine_moves_only_as_its_table_says) {
+  using a = proxy_activity;
+  const std::vector<a> all{a::idle,     a::first_look,      a::reading,   a::creating,
+                           a::starting, a::awaiting_images, a::replacing, a::erasing};
+  const std::map<a, std::set<a>> moves{
+    {a::idle, {a::idle, a::first_look, a::reading, a::creating, a::starting, a::awaiting_images,
+               a::replacing, a::erasing}},
+    {a::first_look, {a::idle, a::reading, a::erasing}},
+    {a::reading, {a::idle}},
+    {a::creating, {a::idle}},
+    {a::starting, {a::idle}},
+    {a::replacing, {a::idle}},
+    {a::awaiting_images, {a::idle, a::erasing}},
+    {a::erasing, {a::erasing, a::idle, a::awaiting_images}},
+  };
+  for (auto from : all)
+    for (auto to : all)
+      BOOST_CHECK_MESSAGE(proxy_may_move(from, to) == moves.at(from).contains(to),
+                          "from " << static_cast<int>(from) << " to " << static_cast<int>(to));
+}
+
