@@ -5,7 +5,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <string_view>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -72,6 +77,41 @@ std::string errno_text(const char* what) {
   return std::string{what} + ": " + std::strerror(errno);
 }
 
+// A process that ends without its destructors (SIGKILL, a crash) leaves
+// its bridges' directories behind, each with a socket nobody listens on.
+// Their names carry the owner's PID: the first bridge a process opens in a
+// directory removes those of owners that no longer run (same user only;
+// a PID in use by another process keeps its directories, the safe side).
+void sweep_dead_owners(const std::string& base) {
+  static std::mutex mtx;
+  static std::set<std::string> swept;
+  std::lock_guard<std::mutex> guard{mtx};
+  if (!swept.insert(base).second)
+    return;
+  std::error_code ec;
+  for (auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    auto name = entry.path().filename().string();
+    constexpr std::string_view prefix = "egress-bridge-";
+    if (!name.starts_with(prefix))
+      continue;
+    auto dash = name.find('-', prefix.size());
+    if (dash == std::string::npos)
+      continue;
+    auto pid_text = name.substr(prefix.size(), dash - prefix.size());
+    if (pid_text.empty() || !std::all_of(pid_text.begin(), pid_text.end(), ::isdigit))
+      continue;
+    auto pid = static_cast<pid_t>(std::stol(pid_text));
+    struct stat sb{};
+    if (::lstat(entry.path().c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)
+        || sb.st_uid != ::geteuid() || pid == ::getpid())
+      continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH)
+      continue;
+    ::unlink((entry.path() / "libvirt.sock").c_str());
+    ::rmdir(entry.path().c_str());
+  }
+}
+
 } // namespace
 
 // -- bridge_socket ------------------------------------------------------------
@@ -84,7 +124,8 @@ caf::expected<bridge_socket_ptr> bridge_socket::open(const std::string& base_dir
                       "bridge: " + std::to_string(lanes) + " lanes (1 to "
                         + std::to_string(kill_switch::max_lanes) + ")");
   auto base = base_dir.empty() ? std::string{"/tmp"} : base_dir;
-  std::string name = base + "/egress-bridge-XXXXXX";
+  sweep_dead_owners(base);
+  std::string name = base + "/egress-bridge-" + std::to_string(::getpid()) + "-XXXXXX";
   // mkdtemp creates the directory with mode 0700: only our user (and root)
   // can reach the socket inside, whatever the socket's own mode.
   if (!::mkdtemp(name.data()))

@@ -853,11 +853,16 @@ private:
   std::map<std::string, size_t> counts_;
 };
 
-int usage_error(const char* argv0, const std::string& why) {
-  std::fprintf(stderr,
-               "%s\nusage: %s [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]"
+void print_usage(std::FILE* to, const char* argv0) {
+  std::fprintf(to,
+               "usage: %s [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]"
                " [--bed test-driver|vms] [--engine in-process|caf-run]\n",
-               why.c_str(), argv0);
+               argv0);
+}
+
+int usage_error(const char* argv0, const std::string& why) {
+  std::fprintf(stderr, "%s\n", why.c_str());
+  print_usage(stderr, argv0);
   return 2;
 }
 
@@ -867,6 +872,10 @@ int main(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      print_usage(stdout, argv[0]);
+      return 0;
+    }
     if (i + 1 >= argc)
       return usage_error(argv[0], "missing value after " + a);
     std::string v = argv[++i];
