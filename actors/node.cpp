@@ -481,20 +481,17 @@ caf::result<T> command(node_pointer self, bool here_only, Atom atom, Ts... xs) {
   });
 }
 
-} // namespace
-
-node_actor::behavior_type make_node(node_pointer self, std::string node,
-                                    inspector_actor inspector,
-                                    std::vector<std::string> peers, std::string secret,
-                                    bool tls, std::string advertised) {
+// The state from its options, and a dial (or a wait for the peer's own
+// dial, docs/architecture.md "Several nodes") per peer.
+void start_node(node_pointer self, node_options opts) {
   auto& st = self->state;
-  st.node = std::move(node);
+  st.node = std::move(opts.node);
   st.started = now_rfc3339();
-  st.inspector = std::move(inspector);
-  st.gate = admission{std::move(secret)};
-  st.tls = tls;
-  st.advertised = std::move(advertised);
-  for (auto& address : peers) {
+  st.inspector = std::move(opts.inspector);
+  st.gate = admission{std::move(opts.secret)};
+  st.tls = opts.tls;
+  st.advertised = std::move(opts.advertised);
+  for (auto& address : opts.peers) {
     node_peer p;
     p.address = address;
     // Validated with the configuration (engine.peers).
@@ -511,6 +508,12 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
                          st.peers[i].address);
     else
       dial(self, i);
+}
+
+// What reaches the node outside its handlers: a watcher's or peer's down
+// message, a message no handler takes, an error or exit message (both can
+// come from any connected party).
+void set_guards(node_pointer self) {
   self->set_down_handler([self](caf::down_msg& msg) {
     auto& st = self->state;
     auto& ws = st.watchers;
@@ -541,15 +544,62 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     return caf::sec::unexpected_message;
   });
   // CAF handles errors and exit messages before any handler could look at
-  // a token, and both can come from any connected party. An error message
-  // is logged, never fatal; an exit message other than kill (which
-  // engine::stop sends, and which no handler can stop) is ignored.
+  // a token. An error message is logged, never fatal; an exit message other
+  // than kill (which engine::stop sends, and which no handler can stop) is
+  // ignored.
   self->set_error_handler([self](caf::error& err) {
     log::warn("node", self->state.node + ": ignored an error message: " + render(err));
   });
   self->set_exit_handler([self](caf::exit_msg& msg) {
     log::warn("node", self->state.node + ": ignored an exit message: " + render(msg.reason));
   });
+}
+
+// The second hello: a token for a proof of the shared secret, or a refusal
+// (logged at most once per 10 s, however many a certificate holder sends).
+caf::result<std::string, std::string> admit(node_pointer self, const std::string& node_nonce,
+                                            const std::string& party_nonce,
+                                            const std::string& proof) {
+  auto& st = self->state;
+  if (node_nonce.size() > admission::max_field || party_nonce.size() > admission::max_field
+      || proof.size() > admission::max_field)
+    return make_error(ec::access_denied, "hello: fields of at most "
+                                           + std::to_string(admission::max_field)
+                                           + " characters");
+  auto token = st.gate.admit(node_nonce, party_nonce, proof);
+  if (!token.empty())
+    return {st.node, std::move(token)};
+  ++st.refused;
+  auto now = clock_type::now();
+  if (now - st.refused_logged > std::chrono::seconds(10)) {
+    log::warn("node", st.node + ": refused " + std::to_string(st.refused)
+                        + " hello(s): wrong secret, or a stale or reused nonce");
+    st.refused = 0;
+    st.refused_logged = now;
+  }
+  return make_error(ec::access_denied, "wrong secret for node \"" + st.node
+                                         + "\" (engine.inspect.secret-file), or a stale "
+                                           "nonce");
+}
+
+// A peer that dialed this node: joined, if it is one of its peers.
+void take_link(node_pointer self, caf::actor& peer, std::string& its_token, std::string& name,
+               const std::string& address) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.peers.size(); ++i)
+    if (st.peers[i].address == address && st.peers[i].at != phase::up) {
+      st.peers[i].dialing = false;
+      joined(self, i, caf::actor_cast<node_actor>(peer), std::move(name),
+             std::move(its_token), false);
+      return;
+    }
+}
+
+} // namespace
+
+node_actor::behavior_type make_node(node_pointer self, node_options opts) {
+  start_node(self, std::move(opts));
+  set_guards(self);
   auto refused = [] {
     return make_error(ec::access_denied,
                       "no valid token: say hello with the shared secret first (caf-shell "
@@ -575,28 +625,7 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     },
     [self](atom::hello, std::string& node_nonce, std::string& party_nonce,
            std::string& proof) -> caf::result<std::string, std::string> {
-      auto& st = self->state;
-      if (node_nonce.size() > admission::max_field || party_nonce.size() > admission::max_field
-          || proof.size() > admission::max_field)
-        return make_error(ec::access_denied, "hello: fields of at most "
-                                               + std::to_string(admission::max_field)
-                                               + " characters");
-      auto token = st.gate.admit(node_nonce, party_nonce, proof);
-      if (token.empty()) {
-        // At most one line per 10 s, however many a certificate holder sends.
-        ++st.refused;
-        auto now = clock_type::now();
-        if (now - st.refused_logged > std::chrono::seconds(10)) {
-          log::warn("node", st.node + ": refused " + std::to_string(st.refused)
-                              + " hello(s): wrong secret, or a stale or reused nonce");
-          st.refused = 0;
-          st.refused_logged = now;
-        }
-        return make_error(ec::access_denied, "wrong secret for node \"" + st.node
-                                               + "\" (engine.inspect.secret-file), or a stale "
-                                                 "nonce");
-      }
-      return {st.node, std::move(token)};
+      return admit(self, node_nonce, party_nonce, proof);
     },
     [self, refused](atom::ls, std::string& token, std::string& kind,
                     bool here_only) -> caf::result<std::vector<actor_row>> {
@@ -652,16 +681,8 @@ node_actor::behavior_type make_node(node_pointer self, std::string node,
     },
     [self](atom::link, std::string& token, caf::actor& peer, std::string& its_token,
            std::string& name, std::string& address) {
-      auto& st = self->state;
-      if (!st.gate.valid(token) || !peer)
-        return;
-      for (size_t i = 0; i < st.peers.size(); ++i)
-        if (st.peers[i].address == address && st.peers[i].at != phase::up) {
-          st.peers[i].dialing = false;
-          joined(self, i, caf::actor_cast<node_actor>(peer), std::move(name),
-                 std::move(its_token), false);
-          return;
-        }
+      if (self->state.gate.valid(token) && peer)
+        take_link(self, peer, its_token, name, address);
     },
     [self](atom::poll, std::string& token, std::string& address) {
       if (!crypto::equal_constant_time(token, self->state.gate.own_events_token()))

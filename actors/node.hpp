@@ -84,9 +84,18 @@ struct node_state {
 
 using node_pointer = node_actor::stateful_pointer<node_state>;
 
-node_actor::behavior_type make_node(node_pointer self, std::string node,
-                                    inspector_actor inspector,
-                                    std::vector<std::string> peers, std::string secret,
-                                    bool tls, std::string advertised);
+/// What a node starts from: its name, this process's inspector, the other
+/// nodes' inspectors (engine.peers, validated), the shared secret, whether
+/// peers are dialed over TLS, and this node's own address as peers list it.
+struct node_options {
+  std::string node;
+  inspector_actor inspector;
+  std::vector<std::string> peers;
+  std::string secret;
+  bool tls = false;
+  std::string advertised;
+};
+
+node_actor::behavior_type make_node(node_pointer self, node_options opts);
 
 } // namespace egress

@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include <unistd.h>
@@ -128,46 +130,47 @@ void reload(egress::engine& eng, const std::vector<std::string>& args) {
                                     + egress::render(r.error()));
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  // Signals are handled by this thread alone, synchronously: block them
-  // before the actor system starts its threads, which inherit the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-
+// What the command line asked for, once read.
+struct invocation {
+  std::vector<std::string> args; // for CAF, without the program's name
   bool dump = false;
   bool have_config = false;
-  std::vector<std::string> args; // without the program's name
+  bool help = false;
+};
+
+invocation read_arguments(int argc, char** argv) {
+  invocation inv;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h" || a == "-?") {
-      std::cout << usage_text;
-      return exit_ok;
+      inv.help = true;
+      return inv;
     }
     if (a == "--dump-config") {
-      dump = true;
+      inv.dump = true;
       continue;
     }
     if (a.rfind("--config-file=", 0) == 0)
-      have_config = true;
-    args.push_back(argv[i]);
+      inv.have_config = true;
+    inv.args.push_back(argv[i]);
   }
-  caf::actor_system_config cfg;
+  return inv;
+}
+
+// CAF's options and the engine's config from the command line and the
+// file: the config, or the exit code (and the message is printed).
+std::variant<egress::engine_config, int> load(caf::actor_system_config& cfg,
+                                              const invocation& inv) {
   egress::configure(cfg);
   // For the inspector (caf-shell); it only listens if engine.inspect says so.
   cfg.load<caf::io::middleman>();
-  if (auto err = egress::parse_command_line(cfg, args)) {
+  if (auto err = egress::parse_command_line(cfg, inv.args)) {
     std::cerr << "caf-run: " << egress::detail(err) << "\n";
     return exit_usage;
   }
   if (cfg.cli_helptext_printed)
     return exit_ok;
-  if (!have_config) {
+  if (!inv.have_config) {
     std::cerr << "caf-run: --config-file=FILE is required (try --help)\n";
     return exit_usage;
   }
@@ -181,149 +184,231 @@ int main(int argc, char** argv) {
     std::cerr << "caf-run: invalid configuration:\n" << egress::detail(ec.error()) << "\n";
     return exit_usage;
   }
-  if (dump) {
-    std::cout << egress::dump_config(*ec);
-    return exit_ok;
+  return std::move(*ec);
+}
+
+// BASP over TLS, always (docs/spec.md 24): CAF's OpenSSL module checks a
+// certificate before it reads a BASP header, whose declared length it would
+// otherwise allocate for anyone who connects. The operator's own
+// certificates (tls = true, paths resolved against the config file), or the
+// identity this machine's engine generated on its first start. Returns what
+// the log line says of it, or nullopt (printed) when the identity fails.
+std::optional<std::string> set_up_tls(caf::actor_system_config& cfg,
+                                      const egress::engine_config& ec) {
+  if (!ec.inspect.enabled)
+    return std::string{};
+  cfg.load<caf::openssl::manager>();
+  if (ec.inspect.tls) {
+    cfg.openssl_certificate = ec.tls.certificate;
+    cfg.openssl_key = ec.tls.key;
+    cfg.openssl_cafile = ec.tls.cafile;
+    cfg.openssl_capath = ec.tls.capath;
+    return std::string{};
   }
-  std::string identity_note;
-  if (ec->inspect.enabled) {
-    // BASP over TLS, always (docs/spec.md 24): CAF's OpenSSL module checks a
-    // certificate before it reads a BASP header, whose declared length it
-    // would otherwise allocate for anyone who connects. The operator's own
-    // certificates (tls = true, paths resolved against the config file), or
-    // the identity this machine's engine generated on its first start.
-    cfg.load<caf::openssl::manager>();
-    if (ec->inspect.tls) {
-      cfg.openssl_certificate = ec->tls.certificate;
-      cfg.openssl_key = ec->tls.key;
-      cfg.openssl_cafile = ec->tls.cafile;
-      cfg.openssl_capath = ec->tls.capath;
-    } else {
-      auto dir = ec->inspect.identity_dir.empty() ? egress::crypto::default_identity_dir()
-                                                  : ec->inspect.identity_dir;
-      auto id = egress::crypto::ensure_identity(dir);
-      if (!id) {
-        std::cerr << "caf-run: " << cfg.config_file_path
-                  << ": engine.inspect.identity-dir: " << egress::detail(id.error()) << "\n";
-        return exit_usage;
+  auto dir = ec.inspect.identity_dir.empty() ? egress::crypto::default_identity_dir()
+                                             : ec.inspect.identity_dir;
+  auto id = egress::crypto::ensure_identity(dir);
+  if (!id) {
+    std::cerr << "caf-run: " << cfg.config_file_path
+              << ": engine.inspect.identity-dir: " << egress::detail(id.error()) << "\n";
+    return std::nullopt;
+  }
+  cfg.openssl_certificate = id->certificate;
+  cfg.openssl_key = id->key;
+  cfg.openssl_cafile = id->ca;
+  return " (TLS, identity in " + id->dir + ")";
+}
+
+// The inspector's node actor, published, and whether it ended: a connected
+// party (a certificate holder) can send it an exit `kill`, which no actor
+// can refuse. It is then published anew, on the same port.
+class published_node {
+public:
+  published_node(caf::actor_system& sys, egress::engine& eng, const egress::engine_config& ec)
+    : sys_(sys), eng_(eng), ec_(ec) {}
+
+  /// Publishes the node; false (printed) when the port cannot be opened.
+  bool open(const std::string& identity_note) {
+    auto& in = ec_.inspect;
+    // The node, not the bare inspector: caf-shell attached here sees this
+    // node and every peer it reaches.
+    auto port = caf::openssl::publish(eng_.node(), static_cast<uint16_t>(in.port),
+                                      in.address.c_str(), true);
+    if (!port) {
+      std::cerr << "caf-run: cannot open the inspector on " << in.address << ":" << in.port
+                << ": " << sys_.render(port.error())
+                << " (another engine there? set engine.inspect.port, 0 for any)\n";
+      return false;
+    }
+    port_ = *port;
+    watch(eng_.node());
+    egress::log::info("caf-run", "inspector listening: caf-shell " + in.address + ":"
+                                   + std::to_string(*port)
+                                   + (in.tls ? " (TLS: --tls-cert, --tls-key, --tls-ca)"
+                                             : identity_note)
+                                   + (ec_.inspect_secret.empty() ? "" : " (--secret-file)"));
+    return true;
+  }
+
+  bool ended() const { return ended_->load(); }
+
+  /// Unpublishes the ended node and publishes a new one on the same port;
+  /// false when that fails.
+  bool renew() {
+    auto old = eng_.node();
+    egress::log::error("caf-run", "the inspector's node actor ended (an exit message "
+                                  "from a connected party); publishing a new one on port "
+                                    + std::to_string(port_));
+    {
+      // (caf::openssl::unpublish does not compile in 0.17.6: ask its
+      // middleman actor directly; the port is free again once it answers.)
+      caf::scoped_actor self{sys_};
+      self->request(sys_.openssl_manager().actor_handle(), std::chrono::seconds(5),
+                    caf::unpublish_atom_v, old.address(), port_)
+        .receive([] {}, [](caf::error&) {});
+    }
+    auto& fresh = eng_.renew_node();
+    auto port = caf::openssl::publish(fresh, port_, ec_.inspect.address.c_str(), true);
+    if (!port) {
+      egress::log::error("caf-run", "cannot publish the new node actor: "
+                                      + sys_.render(port.error()) + "; stopping (exit 1)");
+      return false;
+    }
+    watch(fresh);
+    return true;
+  }
+
+private:
+  void watch(const egress::node_actor& n) {
+    ended_->store(false);
+    caf::actor_cast<caf::abstract_actor*>(n)->attach_functor(
+      [ended = ended_](const caf::error&) { ended->store(true); });
+  }
+
+  caf::actor_system& sys_;
+  egress::engine& eng_;
+  const egress::engine_config& ec_;
+  uint16_t port_ = 0;
+  std::shared_ptr<std::atomic<bool>> ended_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+std::optional<caf::actor> open_metrics(caf::actor_system& sys, egress::engine& eng,
+                                       const egress::engine_config& ec, bool& failed) {
+  failed = false;
+  if (!ec.metrics.enabled)
+    return std::nullopt;
+  auto& m = ec.metrics;
+  auto srv = egress::start_metrics_server(sys, eng.fleet(), m.address,
+                                          static_cast<uint16_t>(m.port));
+  if (!srv) {
+    std::cerr << "caf-run: cannot open the metrics endpoint on " << m.address << ":" << m.port
+              << ": " << sys.render(srv.error())
+              << " (another engine there? set engine.metrics.port, 0 for any)\n";
+    failed = true;
+    return std::nullopt;
+  }
+  egress::log::info("caf-run", "metrics listening: http://" + m.address + ":"
+                                 + std::to_string(srv->second) + "/metrics");
+  return srv->first;
+}
+
+// Until SIGINT or SIGTERM: SIGHUP reloads, an ended node is published anew,
+// and the status table is printed when it changes. The exit code so far.
+int serve(egress::engine& eng, const invocation& inv, const sigset_t& sigs,
+          std::optional<published_node>& node) {
+  std::string last;
+  timespec tick{0, 500'000'000};
+  for (;;) {
+    int sig = sigtimedwait(&sigs, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      egress::log::info("caf-run", std::string{"received "} + strsignal(sig) + "; stopping");
+      return exit_ok;
+    }
+    if (sig == SIGHUP)
+      reload(eng, inv.args);
+    if (node && node->ended() && !node->renew())
+      return exit_start_failed;
+    if (auto st = eng.status(std::chrono::seconds(2))) {
+      auto fp = egress::table_fingerprint(*st);
+      if (fp != last) {
+        last = fp;
+        std::cout << "\n" << egress::render_table(*st, std::time(nullptr)) << std::flush;
       }
-      cfg.openssl_certificate = id->certificate;
-      cfg.openssl_key = id->key;
-      cfg.openssl_cafile = id->ca;
-      identity_note = " (TLS, identity in " + id->dir + ")";
     }
   }
-  auto bound = ec->shutdown_timeout;
+}
+
+// Starts the engine and its doors, serves until a stop signal, and stops.
+int run(caf::actor_system_config& cfg, const egress::engine_config& ec, const invocation& inv,
+        const sigset_t& sigs, const std::string& identity_note) {
   int rc = exit_ok;
-  {
-    // Declared before the actor system so that it is destroyed after it: the
-    // watchdog covers the engine's stop and the system's destructor, which
-    // joins every detached thread.
-    std::optional<stop_watchdog> watchdog;
-    caf::actor_system sys{cfg};
-    egress::fleet_hooks hooks;
-    hooks.reread_config = [args] { return reread(args); };
-    auto eng = egress::engine::start(sys, *ec, std::move(hooks));
-    if (!eng) {
-      std::cerr << "caf-run: cannot start: " << egress::render(eng.error()) << "\n";
+  // Declared before the actor system so that it is destroyed after it: the
+  // watchdog covers the engine's stop and the system's destructor, which
+  // joins every detached thread.
+  std::optional<stop_watchdog> watchdog;
+  caf::actor_system sys{cfg};
+  egress::fleet_hooks hooks;
+  hooks.reread_config = [args = inv.args] { return reread(args); };
+  auto eng = egress::engine::start(sys, ec, std::move(hooks));
+  if (!eng) {
+    std::cerr << "caf-run: cannot start: " << egress::render(eng.error()) << "\n";
+    return exit_start_failed;
+  }
+  std::optional<published_node> node;
+  if (ec.inspect.enabled) {
+    node.emplace(sys, *eng, ec);
+    if (!node->open(identity_note)) {
+      eng->stop();
       return exit_start_failed;
     }
-    // Set when the published node actor ends while the engine runs: a
-    // connected party (a certificate holder) can send it an exit `kill`,
-    // which no actor can refuse. It is published anew, on the same port.
-    auto node_ended = std::make_shared<std::atomic<bool>>(false);
-    auto watch_node = [node_ended](const egress::node_actor& n) {
-      node_ended->store(false);
-      caf::actor_cast<caf::abstract_actor*>(n)->attach_functor(
-        [node_ended](const caf::error&) { node_ended->store(true); });
-    };
-    uint16_t inspect_port = 0;
-    if (ec->inspect.enabled) {
-      auto& in = ec->inspect;
-      // The node, not the bare inspector: caf-shell attached here sees this
-      // node and every peer it reaches.
-      auto port = caf::openssl::publish(eng->node(), static_cast<uint16_t>(in.port),
-                                        in.address.c_str(), true);
-      if (!port) {
-        std::cerr << "caf-run: cannot open the inspector on " << in.address << ":" << in.port
-                  << ": " << sys.render(port.error())
-                  << " (another engine there? set engine.inspect.port, 0 for any)\n";
-        eng->stop();
-        return exit_start_failed;
-      }
-      inspect_port = *port;
-      watch_node(eng->node());
-      egress::log::info("caf-run", "inspector listening: caf-shell " + in.address + ":"
-                                     + std::to_string(*port)
-                                     + (in.tls ? " (TLS: --tls-cert, --tls-key, --tls-ca)"
-                                               : identity_note)
-                                     + (ec->inspect_secret.empty() ? "" : " (--secret-file)"));
-    }
-    std::optional<caf::actor> metrics;
-    if (ec->metrics.enabled) {
-      auto& m = ec->metrics;
-      auto srv = egress::start_metrics_server(sys, eng->fleet(), m.address,
-                                              static_cast<uint16_t>(m.port));
-      if (!srv) {
-        std::cerr << "caf-run: cannot open the metrics endpoint on " << m.address << ":"
-                  << m.port << ": " << sys.render(srv.error())
-                  << " (another engine there? set engine.metrics.port, 0 for any)\n";
-        eng->stop();
-        return exit_start_failed;
-      }
-      metrics = srv->first;
-      egress::log::info("caf-run", "metrics listening: http://" + m.address + ":"
-                                     + std::to_string(srv->second) + "/metrics");
-    }
-    std::string last;
-    timespec tick{0, 500'000'000};
-    for (;;) {
-      int sig = sigtimedwait(&sigs, nullptr, &tick);
-      if (sig == SIGINT || sig == SIGTERM) {
-        egress::log::info("caf-run", std::string{"received "} + strsignal(sig) + "; stopping");
-        break;
-      }
-      if (sig == SIGHUP)
-        reload(*eng, args);
-      if (node_ended->load()) {
-        auto old = eng->node();
-        egress::log::error("caf-run", "the inspector's node actor ended (an exit message "
-                                      "from a connected party); publishing a new one on port "
-                                        + std::to_string(inspect_port));
-        {
-          // (caf::openssl::unpublish does not compile in 0.17.6: ask its
-          // middleman actor directly; the port is free again once it answers.)
-          caf::scoped_actor self{sys};
-          self->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(5),
-                        caf::unpublish_atom_v, old.address(), inspect_port)
-            .receive([] {}, [](caf::error&) {});
-        }
-        auto& fresh = eng->renew_node();
-        auto port = caf::openssl::publish(fresh, inspect_port, ec->inspect.address.c_str(), true);
-        if (!port) {
-          egress::log::error("caf-run", "cannot publish the new node actor: "
-                                          + sys.render(port.error()) + "; stopping (exit 1)");
-          rc = exit_start_failed;
-          break;
-        }
-        watch_node(fresh);
-      }
-      if (auto st = eng->status(std::chrono::seconds(2))) {
-        auto fp = egress::table_fingerprint(*st);
-        if (fp != last) {
-          last = fp;
-          std::cout << "\n" << egress::render_table(*st, std::time(nullptr)) << std::flush;
-        }
-      }
-    }
-    watchdog.emplace(bound + std::chrono::seconds(2));
-    if (metrics)
-      caf::anon_send_exit(*metrics, caf::exit_reason::user_shutdown);
-    if (auto err = eng->stop()) {
-      egress::log::error("caf-run", "stop: " + egress::render(err));
-      rc = exit_start_failed;
-    }
   }
+  bool metrics_failed = false;
+  auto metrics = open_metrics(sys, *eng, ec, metrics_failed);
+  if (metrics_failed) {
+    eng->stop();
+    return exit_start_failed;
+  }
+  rc = serve(*eng, inv, sigs, node);
+  watchdog.emplace(ec.shutdown_timeout + std::chrono::seconds(2));
+  if (metrics)
+    caf::anon_send_exit(*metrics, caf::exit_reason::user_shutdown);
+  if (auto err = eng->stop()) {
+    egress::log::error("caf-run", "stop: " + egress::render(err));
+    rc = exit_start_failed;
+  }
+  return rc;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Signals are handled by this thread alone, synchronously: block them
+  // before the actor system starts its threads, which inherit the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto inv = read_arguments(argc, argv);
+  if (inv.help) {
+    std::cout << usage_text;
+    return exit_ok;
+  }
+  caf::actor_system_config cfg;
+  auto loaded = load(cfg, inv);
+  if (auto* code = std::get_if<int>(&loaded))
+    return *code;
+  auto& ec = std::get<egress::engine_config>(loaded);
+  if (inv.dump) {
+    std::cout << egress::dump_config(ec);
+    return exit_ok;
+  }
+  auto identity_note = set_up_tls(cfg, ec);
+  if (!identity_note)
+    return exit_usage;
+  int rc = run(cfg, ec, inv, sigs, *identity_note);
   if (rc == exit_ok)
     egress::log::info("caf-run", "stopped cleanly");
   return rc;

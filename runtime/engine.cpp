@@ -77,8 +77,8 @@ node_actor engine::spawn_node(caf::actor_system& sys, const engine_config& cfg,
                  + ":" + std::to_string(cfg.inspect.port);
   // Peers are dialed over TLS whenever the application loaded CAF's OpenSSL
   // module (caf-run always does: docs/spec.md 24).
-  return sys.spawn(make_node, cfg.node, inspector, cfg.peers, cfg.inspect_secret,
-                   sys.has_openssl_manager(), advertised);
+  return sys.spawn(make_node, node_options{cfg.node, inspector, cfg.peers, cfg.inspect_secret,
+                                           sys.has_openssl_manager(), advertised});
 }
 
 const node_actor& engine::renew_node() {

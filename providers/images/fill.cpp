@@ -112,125 +112,170 @@ caf::expected<size_t> read_head(mirror::download& dl, char* buf, size_t cap) {
   return have;
 }
 
-caf::expected<fill_result> transfer(const fill_request& req, const volume_names& names,
-                                    lv::connection& c, fill_progress& progress,
-                                    attempt& at) {
-  auto& img = req.image;
-  auto& pool = req.pool;
-  auto marker = lv::volume_info(c, pool, names.marker);
-  if (!marker)
-    return marker.error();
-  auto data = lv::volume_info(c, pool, names.data);
-  if (!data)
-    return data.error();
-  auto partial = lv::volume_info(c, pool, names.partial);
-  if (!partial)
-    return partial.error();
+// One transfer's context: what it fills, through which connection, and
+// where it reports. The steps below are its parts, in order.
+struct transfer_job {
+  const fill_request& req;
+  const volume_names& names;
+  lv::connection& c;
+  fill_progress& progress;
+  attempt& at;
 
-  // 1. Ready: the marker vouches for the data as it is. Lengths are the
-  // volumes' byte lengths, never their capacities (volumes.hpp).
-  if (*marker && *data && !*partial) {
-    auto text = read_small(c, pool, names.marker, (*marker)->length);
-    if (!text)
-      return text.error();
-    auto virtual_size = vouched_virtual_size(*text, img, (*data)->length);
-    if (virtual_size && (img.size == 0 || img.size == (*data)->length)) {
-      // A pool filled before the format check existed (or by an older
-      // check) may hold an image the check refuses: it goes, marker first.
-      std::string head;
-      auto n = std::min<uint64_t>(header_window, (*data)->length);
-      if (n > 0)
-        if (auto err = lv::download_volume(c, pool, names.data, 0, n,
-                                           [&](const char* p, size_t k) {
-                                             head.append(p, k);
-                                             return caf::error{};
-                                           }))
-          return err;
-      if (auto checked = check_header(img.name, img.format, head, (*data)->length);
-          !checked) {
-        if (auto err = lv::delete_volume(c, pool, names.marker))
-          return err;
-        at.data_touched = true;
-        return checked.error();
-      }
-      fill_result r;
-      r.volume = names.data;
-      r.path = (*data)->path;
-      r.length = (*data)->length;
-      r.virtual_size = *virtual_size;
-      progress.total = r.length;
-      progress.bytes = r.length;
-      return r;
-    }
+  const image_source& img() const { return req.image; }
+  const std::string& pool() const { return req.pool; }
+};
+
+using volume = std::optional<lv::volume_facts>;
+
+// The three volumes of an image as the pool holds them now.
+struct pool_view {
+  volume marker, data, partial;
+};
+
+caf::expected<pool_view> look(transfer_job& job) {
+  pool_view v;
+  for (auto [name, slot] : {std::pair{&job.names.marker, &v.marker},
+                            std::pair{&job.names.data, &v.data},
+                            std::pair{&job.names.partial, &v.partial}}) {
+    auto facts = lv::volume_info(job.c, job.pool(), *name);
+    if (!facts)
+      return facts.error();
+    *slot = std::move(*facts);
   }
+  return v;
+}
 
-  // 2. Not ready. The marker goes first: from here on the data changes.
-  if (*marker)
-    if (auto err = lv::delete_volume(c, pool, names.marker))
+// 1. Ready: the marker vouches for the data as it is (lengths are the
+// volumes' byte lengths, never their capacities: volumes.hpp). The result
+// when it does; nullopt when the image must be written.
+std::optional<caf::expected<fill_result>> ready_as_is(transfer_job& job, const pool_view& v) {
+  if (!v.marker || !v.data || v.partial)
+    return std::nullopt;
+  auto& img = job.img();
+  auto text = read_small(job.c, job.pool(), job.names.marker, v.marker->length);
+  if (!text)
+    return text.error();
+  auto virtual_size = vouched_virtual_size(*text, img, v.data->length);
+  if (!virtual_size || (img.size != 0 && img.size != v.data->length))
+    return std::nullopt;
+  // A pool filled before the format check existed (or by an older check)
+  // may hold an image the check refuses: it goes, marker first.
+  std::string head;
+  auto n = std::min<uint64_t>(header_window, v.data->length);
+  if (n > 0)
+    if (auto err = lv::download_volume(job.c, job.pool(), job.names.data, 0, n,
+                                       [&](const char* p, size_t k) {
+                                         head.append(p, k);
+                                         return caf::error{};
+                                       }))
       return err;
-  at.data_touched = true;
-  if (!*partial)
-    if (auto err = write_small(c, pool, names.partial,
-                               "partial; being written: " + marker_text(img, img.size, 0)))
+  if (auto checked = check_header(img.name, img.format, head, v.data->length); !checked) {
+    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.marker))
       return err;
+    job.at.data_touched = true;
+    return checked.error();
+  }
+  fill_result r;
+  r.volume = job.names.data;
+  r.path = v.data->path;
+  r.length = v.data->length;
+  r.virtual_size = *virtual_size;
+  job.progress.total = r.length;
+  job.progress.bytes = r.length;
+  return r;
+}
 
-  // Resume where the volume got to, if it was being written before (the
-  // partial mark is there) and holds anything. A sparse raw volume written
-  // from byte 0 has its allocation up to where the daemon got.
+// Where the upload resumes, with the digest and the header of the prefix
+// the volume already holds (offset 0: nothing to resume).
+struct resume_point {
   uint64_t offset = 0;
-  if (*data && *partial && (*data)->length > 0
-      && (img.size == 0 || (*data)->length == img.size)) {
-    // Below the length: a ranged request must ask for at least one byte.
-    auto held = std::min((*data)->allocation, (*data)->length - 1);
-    offset = held / resume_granularity * resume_granularity;
-  }
   std::optional<mirror::sha256> seed;
   std::optional<header_facts> header;
-  if (offset > 0) {
-    seed.emplace();
-    std::string head;
-    auto err = lv::download_volume(c, pool, names.data, 0, offset,
-                                   [&](const char* p, size_t n) {
-                                     seed->update(p, n);
-                                     if (head.size() < header_window)
-                                       head.append(p, std::min(n, header_window - head.size()));
-                                     return caf::error{};
-                                   });
-    if (err) // an unreadable prefix: start over rather than trust it
-      return with_context(err, "read back the first " + std::to_string(offset)
-                                 + " bytes to resume");
-    // The prefix is checked like fresh bytes: nothing more is written
-    // behind a header that fails its format.
-    auto checked = check_header(img.name, img.format, head, (*data)->length);
-    if (!checked)
-      return checked.error();
-    header = *checked;
-  }
+};
 
+// 2. Not ready. The marker goes first: from here on the data changes. The
+// upload resumes where the volume got to, if it was being written before
+// (the partial mark is there) and holds anything: a sparse raw volume
+// written from byte 0 has its allocation up to where the daemon got.
+caf::expected<resume_point> begin_writing(transfer_job& job, const pool_view& v) {
+  auto& img = job.img();
+  if (v.marker)
+    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.marker))
+      return err;
+  job.at.data_touched = true;
+  if (!v.partial)
+    if (auto err = write_small(job.c, job.pool(), job.names.partial,
+                               "partial; being written: " + marker_text(img, img.size, 0)))
+      return err;
+  resume_point at;
+  if (!v.data || !v.partial || v.data->length == 0
+      || (img.size != 0 && v.data->length != img.size))
+    return at;
+  // Below the length: a ranged request must ask for at least one byte.
+  auto held = std::min(v.data->allocation, v.data->length - 1);
+  at.offset = held / resume_granularity * resume_granularity;
+  if (at.offset == 0)
+    return at;
+  at.seed.emplace();
+  std::string head;
+  auto err = lv::download_volume(job.c, job.pool(), job.names.data, 0, at.offset,
+                                 [&](const char* p, size_t n) {
+                                   at.seed->update(p, n);
+                                   if (head.size() < header_window)
+                                     head.append(p, std::min(n, header_window - head.size()));
+                                   return caf::error{};
+                                 });
+  if (err) // an unreadable prefix: start over rather than trust it
+    return with_context(err, "read back the first " + std::to_string(at.offset)
+                               + " bytes to resume");
+  // The prefix is checked like fresh bytes: nothing more is written behind
+  // a header that fails its format.
+  auto checked = check_header(img.name, img.format, head, v.data->length);
+  if (!checked)
+    return checked.error();
+  at.header = *checked;
+  return at;
+}
+
+caf::expected<std::unique_ptr<mirror::download>> open_source(transfer_job& job,
+                                                             resume_point& at) {
+  auto& req = job.req;
   mirror::fetch_options fo;
-  fo.url = img.url;
-  fo.offset = offset;
-  if (img.size > 0)
-    fo.expected_length = img.size;
-  fo.expected_sha256 = img.sha256;
+  fo.url = req.image.url;
+  fo.offset = at.offset;
+  if (req.image.size > 0)
+    fo.expected_length = req.image.size;
+  fo.expected_sha256 = req.image.sha256;
   fo.deadline = req.download_deadline;
   fo.low_speed_limit = req.low_speed_limit;
   fo.low_speed_time = req.low_speed_time;
   fo.ca_file = req.ca_file;
-  fo.cancel = progress.cancel;
-  auto dl = mirror::download::open(fo, std::move(seed));
-  if (!dl)
-    return dl.error();
+  fo.cancel = job.progress.cancel;
+  return mirror::download::open(fo, std::move(at.seed));
+}
 
-  // The first bytes tell the total when the config does not, and, from
-  // byte 0, the format: checked before anything is written (a header that
-  // names a file of the host must never reach the pool, where libvirt reads
-  // it on every refresh).
-  std::unique_ptr<char[]> first{new char[lv::default_upload_chunk]};
-  auto n0 = read_head(**dl, first.get(), lv::default_upload_chunk);
+// The source's first bytes, read before anything is written.
+struct first_bytes {
+  std::unique_ptr<char[]> buf{new char[lv::default_upload_chunk]};
+  size_t length = 0;
+  uint64_t total = 0; // what the source declares
+};
+
+// The first bytes tell the total when the config does not, and, from byte
+// 0, the format: checked before anything is written (a header that names a
+// file of the host must never reach the pool, where libvirt reads it on
+// every refresh). Then the data volume is made for that total, unless the
+// one there has it.
+caf::expected<first_bytes> check_source(transfer_job& job, mirror::download& dl,
+                                        const pool_view& v, resume_point& at) {
+  auto& img = job.img();
+  first_bytes first;
+  auto n0 = read_head(dl, first.buf.get(), lv::default_upload_chunk);
   if (!n0)
     return n0.error();
-  auto total = (*dl)->total().value_or(0);
+  first.length = *n0;
+  first.total = dl.total().value_or(0);
+  auto total = first.total;
   if (total == 0)
     return make_error(ec::invalid_argument,
                       "image " + img.name + ": " + mirror::redact_url(img.url)
@@ -240,58 +285,67 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
                       "image " + img.name + ": " + mirror::redact_url(img.url) + " declares "
                         + std::to_string(total) + " bytes, more than its max-size ("
                         + std::to_string(img.max_size) + "); nothing was stored");
-  if (offset >= total && *n0 > 0)
+  if (at.offset >= total && first.length > 0)
     return make_error(ec::length_mismatch, "image " + img.name + ": more than "
                                              + std::to_string(total) + " bytes");
-  if (offset == 0) {
-    auto checked = check_header(img.name, img.format,
-                                std::string_view{first.get(), std::min(*n0, header_window)},
-                                total);
+  if (at.offset == 0) {
+    auto checked = check_header(
+      img.name, img.format,
+      std::string_view{first.buf.get(), std::min(first.length, header_window)}, total);
     if (!checked)
       return checked.error();
-    header = *checked;
+    at.header = *checked;
   }
-  if (!*data || (*data)->length != total) {
+  if (!v.data || v.data->length != total) {
     // A fresh volume: the old one (another length) cannot be resumed.
-    if (offset > 0)
+    if (at.offset > 0)
       return make_error(ec::source_failed, "image " + img.name + ": the volume holds "
-                                             + std::to_string((*data)->length)
+                                             + std::to_string(v.data->length)
                                              + " bytes, the source declares "
                                              + std::to_string(total));
-    if (auto err = lv::delete_volume(c, pool, names.data))
+    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
       return err;
-    auto vol = lv::create_volume(c, pool, names.data, total, "raw");
+    auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
     if (!vol)
       return vol.error();
   }
-  progress.total = total;
-  progress.resumed_from = offset;
-  progress.bytes = offset;
-  progress.transferring = true;
+  return first;
+}
 
+// 3. The stream: the first bytes, then the rest of the source, into the
+// volume from the resume offset; then one more read, which lets the
+// download check that the source ends here and that the digest over
+// everything matches (upload_volume stops at the length).
+caf::error stream(transfer_job& job, mirror::download& dl, first_bytes& first,
+                  const resume_point& at) {
+  auto& img = job.img();
+  auto& progress = job.progress;
+  auto total = first.total;
+  progress.total = total;
+  progress.resumed_from = at.offset;
+  progress.bytes = at.offset;
+  progress.transferring = true;
   size_t first_pos = 0;
-  size_t first_len = *n0;
   auto source = [&](char* buf, size_t cap) -> caf::expected<size_t> {
-    if (first_pos < first_len) {
-      auto n = std::min(cap, first_len - first_pos);
-      std::memcpy(buf, first.get() + first_pos, n);
+    if (first_pos < first.length) {
+      auto n = std::min(cap, first.length - first_pos);
+      std::memcpy(buf, first.buf.get() + first_pos, n);
       first_pos += n;
       progress.bytes += n;
       progress.moved += n;
       return n;
     }
-    auto n = (*dl)->read(buf, cap);
+    auto n = dl.read(buf, cap);
     if (n) {
       progress.bytes += *n;
       progress.moved += *n;
     }
     return n;
   };
-  if (auto err = lv::upload_volume(c, pool, names.data, offset, total - offset, source))
+  if (auto err = lv::upload_volume(job.c, job.pool(), job.names.data, at.offset,
+                                   total - at.offset, source))
     return err;
   progress.transferring = false;
-  // upload_volume stops at the length: one more read lets the download check
-  // that the source ends here and that the digest over everything matches.
   char probe[1];
   auto end = source(probe, sizeof probe);
   if (!end)
@@ -301,36 +355,63 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
                                              + mirror::redact_url(img.url)
                                              + " sends more than " + std::to_string(total)
                                              + " bytes");
-  if ((*dl)->digest() != img.sha256)
-    return make_error(ec::digest_mismatch, "image " + img.name + ": sha256 "
-                                             + (*dl)->digest() + ", expected " + img.sha256);
+  if (dl.digest() != img.sha256)
+    return make_error(ec::digest_mismatch, "image " + img.name + ": sha256 " + dl.digest()
+                                             + ", expected " + img.sha256);
+  return {};
+}
 
-  // The bytes were right; is the volume still there? libvirtd keeps writing
-  // into a file deleted under the upload and reports success (recorded in
-  // volume_upload.cpp), so a marker now would vouch for nothing.
-  auto facts = lv::volume_info(c, pool, names.data);
+// 4. Verified: the bytes were right; is the volume still there? libvirtd
+// keeps writing into a file deleted under the upload and reports success
+// (recorded in volume_upload.cpp), so a marker now would vouch for nothing.
+// Then the marker, then the partial mark goes.
+caf::expected<fill_result> mark_verified(transfer_job& job, uint64_t total,
+                                         const resume_point& at) {
+  auto& img = job.img();
+  auto facts = lv::volume_info(job.c, job.pool(), job.names.data);
   if (!facts)
     return facts.error();
   if (!*facts || (*facts)->length != total)
     return make_error(ec::source_failed,
-                      "image " + img.name + ": the volume " + names.data
+                      "image " + img.name + ": the volume " + job.names.data
                         + (*facts ? " changed size" : " vanished")
                         + " during the upload; starting over");
-
-  // 4. Verified: the marker, then the partial mark goes.
-  if (auto err = write_small(c, pool, names.marker,
-                             marker_text(img, total, header->virtual_size)))
+  if (auto err = write_small(job.c, job.pool(), job.names.marker,
+                             marker_text(img, total, at.header->virtual_size)))
     return err;
-  if (auto err = lv::delete_volume(c, pool, names.partial))
+  if (auto err = lv::delete_volume(job.c, job.pool(), job.names.partial))
     return err;
   fill_result r;
-  r.volume = names.data;
+  r.volume = job.names.data;
   r.path = (*facts)->path;
   r.length = total;
-  r.virtual_size = header->virtual_size;
+  r.virtual_size = at.header->virtual_size;
   r.transferred = true;
-  r.resumed_from = offset;
+  r.resumed_from = at.offset;
   return r;
+}
+
+caf::expected<fill_result> transfer(const fill_request& req, const volume_names& names,
+                                    lv::connection& c, fill_progress& progress,
+                                    attempt& attempted) {
+  transfer_job job{req, names, c, progress, attempted};
+  auto v = look(job);
+  if (!v)
+    return v.error();
+  if (auto ready = ready_as_is(job, *v))
+    return std::move(*ready);
+  auto at = begin_writing(job, *v);
+  if (!at)
+    return at.error();
+  auto dl = open_source(job, *at);
+  if (!dl)
+    return dl.error();
+  auto first = check_source(job, **dl, *v, *at);
+  if (!first)
+    return first.error();
+  if (auto err = stream(job, **dl, *first, *at))
+    return err;
+  return mark_verified(job, first->total, *at);
 }
 
 } // namespace
