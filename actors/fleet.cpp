@@ -623,10 +623,69 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   return d.summary();
 }
 
-} // namespace
+// Out of the gateway first; then the proxy deletes its VM and quits. It is
+// forgotten at once, so that status and shutdown no longer wait for it.
+caf::result<proxy_status> erase_proxy(fleet_pointer self, const std::string& name) {
+  if (!self->state.proxies.contains(name))
+    return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
+  auto rp = self->make_response_promise<proxy_status>();
+  drain_then(self, {name}, [self, rp](const std::string& n) mutable {
+    auto& st = self->state;
+    auto i = st.proxies.find(n);
+    if (i == st.proxies.end()) {
+      rp.deliver(make_error(ec::unknown_name, "proxy \"" + n + "\" retired meanwhile"));
+      return;
+    }
+    auto proxy = i->second;
+    st.proxies.erase(i);
+    st.retiring.erase(n);
+    self->send(st.health, atom::forget_v, n);
+    rp.delegate(proxy, atom::erase_v);
+  });
+  return rp;
+}
 
-fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
-                                      fleet_hooks hooks) {
+caf::result<proxy_status> reconcile_proxy(fleet_pointer self, const std::string& name) {
+  auto& st = self->state;
+  auto i = st.proxies.find(name);
+  if (i == st.proxies.end())
+    return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
+  self->send(i->second, atom::reconcile_v);
+  auto v = st.view.proxies().find(name);
+  if (v != st.view.proxies().end())
+    return v->second;
+  proxy_status s;
+  s.name = name;
+  return s;
+}
+
+// Kills first, so that no detached call stays blocked on a dead host and
+// the actor system's final join cannot hang (invariant 15). An image's exit
+// gives its fill up (transports killed, download cancelled), so a 20-minute
+// upload does not hold the shutdown.
+void shut_down(fleet_pointer self) {
+  auto& st = self->state;
+  st.stopping = true;
+  log::info("fleet", "shutting down: killing " + std::to_string(st.links.size())
+                       + " link(s) first");
+  for (auto& [_, l] : st.links)
+    self->send(l, atom::kill_v, std::string{"engine shutdown"});
+  for (auto& [_, i] : st.images)
+    self->send_exit(i, caf::exit_reason::user_shutdown);
+  for (auto& [_, p] : st.proxies)
+    self->send_exit(p, caf::exit_reason::user_shutdown);
+  for (auto& [_, l] : st.links)
+    self->send_exit(l, caf::exit_reason::user_shutdown);
+  self->send_exit(st.health, caf::exit_reason::user_shutdown);
+  if (st.gateway)
+    self->send_exit(st.gateway, caf::exit_reason::user_shutdown);
+  self->quit();
+}
+
+// Its actors, from the config: a link per host, the health actor, the
+// gateway (when configured), a proxy per declared proxy; then a first
+// collection pass if GC is on.
+void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.name = "fleet/" + st.cfg.entry;
@@ -648,20 +707,67 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
                        + " proxy(ies)");
   if (st.cfg.gc)
     self->send(self, atom::gc_v, atom::poll_v);
-  self->set_down_handler([self](const caf::down_msg& msg) {
-    // A watcher or a follower that went away (a shell that quit or lost its
-    // connection, the HTTP listener at exit).
-    auto& ws = self->state.watchers;
-    auto before = ws.size() + self->state.followers.size();
-    std::erase_if(ws, [&](auto& w) { return w.address() == msg.source; });
-    std::erase_if(self->state.followers, [&](auto& f) { return f.address() == msg.source; });
-    if (ws.size() + self->state.followers.size() != before)
-      return;
-    if (self->state.stopping || !msg.reason
-        || msg.reason == caf::exit_reason::user_shutdown)
-      return;
-    log::error("fleet", "a child actor ended unexpectedly: " + caf::to_string(msg.reason));
+}
+
+// A watcher or a follower that went away (a shell that quit or lost its
+// connection, the HTTP listener at exit); any other child's unexpected end
+// is logged.
+void on_down(fleet_pointer self, const caf::down_msg& msg) {
+  auto& ws = self->state.watchers;
+  auto before = ws.size() + self->state.followers.size();
+  std::erase_if(ws, [&](auto& w) { return w.address() == msg.source; });
+  std::erase_if(self->state.followers, [&](auto& f) { return f.address() == msg.source; });
+  if (ws.size() + self->state.followers.size() != before)
+    return;
+  if (self->state.stopping || !msg.reason || msg.reason == caf::exit_reason::user_shutdown)
+    return;
+  log::error("fleet", "a child actor ended unexpectedly: " + caf::to_string(msg.reason));
+}
+
+// A reload's answer: what changed, or why nothing did (an invalid config,
+// or one that changes what cannot change while running).
+caf::result<std::string> reload_fleet(fleet_pointer self, engine_config next) {
+  auto& st = self->state;
+  if (st.stopping)
+    return make_error(ec::shutting_down, "the engine is stopping");
+  auto r = apply(self, std::move(next));
+  if (!r) {
+    st.view.reload_rejected(render(r.error()));
+    log::error("fleet", "reload " + st.view.last_reload());
+    return r.error();
+  }
+  return *r;
+}
+
+// The collection's timer: retried soon until one pass succeeded
+// everywhere, then periodic.
+void gc_tick(fleet_pointer self) {
+  if (!self->state.cfg.gc || self->state.stopping)
+    return;
+  run_gc(self, [self](std::vector<gc_report>) {
+    auto next = self->state.gc_done ? caf::timespan{gc_period} : caf::timespan{gc_retry};
+    if (!self->state.stopping)
+      self->delayed_send(self, next, atom::gc_v, atom::poll_v);
   });
+}
+
+// A proxy's push. Pushes from a retired actor (a removed or replaced
+// proxy, or one erased) must not resurrect its entry.
+void take_proxy_status(fleet_pointer self, proxy_status& s) {
+  auto& st = self->state;
+  if (!st.proxies.contains(s.name) && s.phase != proxy_phase::deleted
+      && s.phase != proxy_phase::deleting)
+    return;
+  tell_health(self, s);
+  record(self, std::move(s));
+}
+
+} // namespace
+
+fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
+                                      fleet_hooks hooks) {
+  start_fleet(self, std::move(cfg), std::move(hooks));
+  self->set_down_handler([self](const caf::down_msg& msg) { on_down(self, msg); });
   return {
     [self](atom::ls) { return directory_of(self->state); },
     [self](atom::status) {
@@ -680,40 +786,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
         return make_error(ec::unknown_name, "no host named \"" + host + "\"");
       return self->delegate(i->second, atom::kill_v, std::string{"by operator"});
     },
-    [self](atom::erase, const std::string& name) -> caf::result<proxy_status> {
-      if (!self->state.proxies.contains(name))
-        return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
-      auto rp = self->make_response_promise<proxy_status>();
-      // Out of the gateway first; then the proxy deletes its VM and quits.
-      // It is forgotten at once, so that status and shutdown no longer wait
-      // for it.
-      drain_then(self, {name}, [self, rp](const std::string& n) mutable {
-        auto& st = self->state;
-        auto i = st.proxies.find(n);
-        if (i == st.proxies.end()) {
-          rp.deliver(make_error(ec::unknown_name, "proxy \"" + n + "\" retired meanwhile"));
-          return;
-        }
-        auto proxy = i->second;
-        st.proxies.erase(i);
-        st.retiring.erase(n);
-        self->send(st.health, atom::forget_v, n);
-        rp.delegate(proxy, atom::erase_v);
-      });
-      return rp;
-    },
-    [self](atom::reload, engine_config& next) -> caf::result<std::string> {
-      auto& st = self->state;
-      if (st.stopping)
-        return make_error(ec::shutting_down, "the engine is stopping");
-      auto r = apply(self, std::move(next));
-      if (!r) {
-        st.view.reload_rejected(render(r.error()));
-        log::error("fleet", "reload " + st.view.last_reload());
-        return r.error();
-      }
-      return *r;
-    },
+    [self](atom::erase, const std::string& name) { return erase_proxy(self, name); },
+    [self](atom::reload, engine_config& next) { return reload_fleet(self, std::move(next)); },
     [self](atom::gc) -> caf::result<std::vector<gc_report>> {
       auto rp = self->make_response_promise<std::vector<gc_report>>();
       run_gc(self, [rp](std::vector<gc_report> reports) mutable {
@@ -721,34 +795,13 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       });
       return rp;
     },
-    [self](atom::gc, atom::poll) {
-      if (!self->state.cfg.gc || self->state.stopping)
-        return;
-      run_gc(self, [self](std::vector<gc_report>) {
-        // Retry soon until one pass succeeded everywhere, then periodic.
-        auto next = self->state.gc_done ? caf::timespan{gc_period} : caf::timespan{gc_retry};
-        if (!self->state.stopping)
-          self->delayed_send(self, next, atom::gc_v, atom::poll_v);
-      });
-    },
+    [self](atom::gc, atom::poll) { gc_tick(self); },
     [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
       if (!self->state.proxies.contains(name))
         return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
       return self->delegate(self->state.health, atom::drain_v, std::move(name), drained);
     },
-    [self](atom::reconcile, std::string& name) -> caf::result<proxy_status> {
-      auto& st = self->state;
-      auto i = st.proxies.find(name);
-      if (i == st.proxies.end())
-        return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
-      self->send(i->second, atom::reconcile_v);
-      auto v = st.view.proxies().find(name);
-      if (v != st.view.proxies().end())
-        return v->second;
-      proxy_status s;
-      s.name = name;
-      return s;
-    },
+    [self](atom::reconcile, std::string& name) { return reconcile_proxy(self, name); },
     [self](atom::subscribe, engine_events_actor& w) {
       auto& ws = self->state.watchers;
       if (std::find(ws.begin(), ws.end(), w) != ws.end())
@@ -773,26 +826,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
         record(self, std::move(s));
     },
     [self](atom::shutdown) {
-      auto& st = self->state;
-      st.stopping = true;
-      log::info("fleet", "shutting down: killing " + std::to_string(st.links.size())
-                           + " link(s) first");
-      // Kill first, so that no detached call stays blocked on a dead host and
-      // the actor system's final join cannot hang (invariant 15).
-      for (auto& [_, l] : st.links)
-        self->send(l, atom::kill_v, std::string{"engine shutdown"});
-      // An image's exit gives its fill up (transports killed, download
-      // cancelled), so a 20-minute upload does not hold the shutdown.
-      for (auto& [_, i] : st.images)
-        self->send_exit(i, caf::exit_reason::user_shutdown);
-      for (auto& [_, p] : st.proxies)
-        self->send_exit(p, caf::exit_reason::user_shutdown);
-      for (auto& [_, l] : st.links)
-        self->send_exit(l, caf::exit_reason::user_shutdown);
-      self->send_exit(st.health, caf::exit_reason::user_shutdown);
-      if (st.gateway)
-        self->send_exit(st.gateway, caf::exit_reason::user_shutdown);
-      self->quit();
+      shut_down(self);
       return true;
     },
     [self](atom::metrics) { return self->state.view.metrics(); },
@@ -807,16 +841,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       collect_owed(self, s);
       record(self, std::move(s));
     },
-    [self](proxy_status& s) {
-      auto& st = self->state;
-      // Pushes from a retired actor (a removed or replaced proxy, or one
-      // erased) must not resurrect its entry.
-      if (!st.proxies.contains(s.name) && s.phase != proxy_phase::deleted
-          && s.phase != proxy_phase::deleting)
-        return;
-      tell_health(self, s);
-      record(self, std::move(s));
-    },
+    [self](proxy_status& s) { take_proxy_status(self, s); },
     [self](image_status& s) {
       if (!self->state.images.contains(s.image + "@" + s.host))
         return;

@@ -226,6 +226,54 @@ void update_target(health_pointer self, const proxy_status& s) {
     push(self, t);
 }
 
+// An operator's drain (out of the rotation until undrained) or undrain
+// (back in on its probes' verdict, or at once where nothing probes).
+caf::result<proxy_health> drain(health_pointer self, const std::string& name, bool drained) {
+  auto& st = self->state;
+  auto i = st.targets.find(name);
+  if (i == st.targets.end())
+    return make_error(ec::unknown_name, "no proxy named \"" + name + "\" is watched");
+  auto& t = i->second;
+  if (t.view.drained == drained)
+    return t.view;
+  t.view.drained = drained;
+  if (drained) {
+    leave(self, t, "drained by operator");
+  } else if (t.eligible
+             && (unprobed(self, t.view.host)
+                 || static_cast<uint32_t>(std::max(t.view.streak, 0)) >= st.opts.probe.rise)) {
+    join(self, t, "undrained by operator");
+  }
+  push(self, t);
+  return t.view;
+}
+
+// A link that died takes every proxy of its host out (nobody can tell
+// whether they still serve); one that came back makes them eligible again.
+void take_link_status(health_pointer self, const link_status& s) {
+  auto& st = self->state;
+  auto& h = st.hosts[s.host];
+  bool dead = s.state == link_state::dead;
+  if (dead == h.link_dead)
+    return;
+  h.link_dead = dead;
+  for (auto& [_, t] : st.targets) {
+    if (t.view.host != s.host)
+      continue;
+    if (dead) {
+      leave(self, t, "link down: " + s.reason);
+      t.eligible = false;
+      t.view.streak = 0;
+    } else {
+      t.eligible = t.running;
+      t.next_due = clock::now();
+      if (t.eligible && unprobed(self, s.host))
+        join(self, t, "link up (not probed)");
+    }
+    push(self, t);
+  }
+}
+
 } // namespace
 
 health_actor::behavior_type make_health(health_pointer self, health_options opts) {
@@ -256,50 +304,8 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
   return {
     [self](proxy_status& s) { update_target(self, s); },
     [self](atom::ls) { return self->state.calls.rows(); },
-    [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
-      auto& st = self->state;
-      auto i = st.targets.find(name);
-      if (i == st.targets.end())
-        return make_error(ec::unknown_name, "no proxy named \"" + name + "\" is watched");
-      auto& t = i->second;
-      if (t.view.drained == drained)
-        return t.view;
-      t.view.drained = drained;
-      if (drained) {
-        leave(self, t, "drained by operator");
-      } else if (t.eligible
-                 && (unprobed(self, t.view.host)
-                     || static_cast<uint32_t>(std::max(t.view.streak, 0))
-                          >= st.opts.probe.rise)) {
-        join(self, t, "undrained by operator");
-      }
-      push(self, t);
-      return t.view;
-    },
-    [self](link_status& s) {
-      auto& st = self->state;
-      auto& h = st.hosts[s.host];
-      bool dead = s.state == link_state::dead;
-      if (dead == h.link_dead)
-        return;
-      h.link_dead = dead;
-      for (auto& [_, t] : st.targets) {
-        if (t.view.host != s.host)
-          continue;
-        if (dead) {
-          // No effective host: nobody can tell whether it still serves.
-          leave(self, t, "link down: " + s.reason);
-          t.eligible = false;
-          t.view.streak = 0;
-        } else {
-          t.eligible = t.running;
-          t.next_due = clock::now();
-          if (t.eligible && unprobed(self, s.host))
-            join(self, t, "link up (not probed)");
-        }
-        push(self, t);
-      }
-    },
+    [self](atom::drain, std::string& name, bool drained) { return drain(self, name, drained); },
+    [self](link_status& s) { take_link_status(self, s); },
     [self](atom::forget, const std::string& name) {
       auto& st = self->state;
       auto i = st.targets.find(name);
