@@ -143,8 +143,10 @@
 #include "support/testbed.hpp"
 
 #include "figures.hpp"
+#include "proc_cpu.hpp"
 
 using namespace egress;
+using namespace egress::procfs;
 using egress::test::figures;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
@@ -158,78 +160,12 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Every live process: its parent and its CPU seconds (user + system, its
-// reaped children's included: cutime, cstime), from one pass over /proc.
-struct process_cpu {
-  pid_t ppid = 0;
-  double cpu = 0;
-};
-using process_table = std::map<pid_t, process_cpu>;
-
-process_table scan_processes() {
-  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  process_table procs;
-  if (DIR* d = ::opendir("/proc")) {
-    while (auto* e = ::readdir(d)) {
-      char* end = nullptr;
-      auto pid = static_cast<pid_t>(std::strtol(e->d_name, &end, 10));
-      if (pid <= 0 || *end != '\0')
-        continue;
-      std::string stat = testbed::read_file(std::string{"/proc/"} + e->d_name + "/stat");
-      auto at = stat.rfind(')');
-      if (at == std::string::npos)
-        continue;
-      std::vector<double> f;
-      for (char* q = stat.data() + at + 2; *q != '\0' && f.size() < 16;) {
-        f.push_back(std::strtod(q, &end));
-        if (end == q) { // the state letter
-          ++q;
-          f.back() = 0;
-        } else {
-          q = end;
-        }
-        while (*q == ' ')
-          ++q;
-      }
-      if (f.size() < 16)
-        continue;
-      procs[pid] = process_cpu{static_cast<pid_t>(f[1]), (f[11] + f[12] + f[13] + f[14]) / tick};
-    }
-    ::closedir(d);
-  }
-  return procs;
-}
-
-// CPU seconds of the process trees under `roots` in `procs`.
-double tree_cpu_seconds(const process_table& procs, const std::vector<pid_t>& roots) {
-  double sum = 0;
-  for (auto& [pid, p] : procs) {
-    for (pid_t q = pid; q > 1;) {
-      if (std::find(roots.begin(), roots.end(), q) != roots.end()) {
-        sum += p.cpu;
-        break;
-      }
-      auto it = procs.find(q);
-      if (it == procs.end())
-        break;
-      q = it->second.ppid;
-    }
-  }
-  return sum;
-}
-
 double median(std::vector<double> xs) {
   if (xs.empty())
     return 0;
   std::sort(xs.begin(), xs.end());
   auto n = xs.size();
   return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
-}
-
-std::string load_average() {
-  auto text = testbed::read_file("/proc/loadavg");
-  auto end = text.find(' ', text.find(' ', text.find(' ') + 1) + 1);
-  return text.substr(0, end);
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {

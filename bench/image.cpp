@@ -72,7 +72,10 @@
 #include "support/ssh_host.hpp"
 #include "support/testbed.hpp"
 
+#include "proc_cpu.hpp"
+
 using namespace egress;
+using namespace egress::procfs;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -90,59 +93,6 @@ double thread_cpu() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
-// CPU seconds of the process trees under `roots`, reaped children included
-// (copied from bench/upload). On two cores the paths' stages compete, so the
-// CPU every process on a path spends is the steadier figure next to time.
-double tree_cpu_seconds(const std::vector<pid_t>& roots) {
-  struct proc {
-    pid_t ppid = 0;
-    double cpu = 0;
-  };
-  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  std::map<pid_t, proc> procs;
-  if (DIR* d = ::opendir("/proc")) {
-    while (auto* e = ::readdir(d)) {
-      char* end = nullptr;
-      auto pid = static_cast<pid_t>(std::strtol(e->d_name, &end, 10));
-      if (pid <= 0 || *end != '\0')
-        continue;
-      auto stat = testbed::read_file(std::string{"/proc/"} + e->d_name + "/stat");
-      auto at = stat.rfind(')');
-      if (at == std::string::npos || at + 2 >= stat.size())
-        continue;
-      // After ") ": state ppid ...; utime stime cutime cstime are 11-14 here.
-      std::vector<double> f;
-      for (char* q = stat.data() + at + 2; *q != '\0' && f.size() < 16;) {
-        f.push_back(std::strtod(q, &end));
-        if (end == q) { // the state letter
-          ++q;
-          f.back() = 0;
-        } else {
-          q = end;
-        }
-        while (*q == ' ')
-          ++q;
-      }
-      if (f.size() == 16)
-        procs[pid] = proc{static_cast<pid_t>(f[1]), (f[11] + f[12] + f[13] + f[14]) / tick};
-    }
-    ::closedir(d);
-  }
-  double sum = 0;
-  for (auto& [pid, p] : procs)
-    for (pid_t q = pid; q > 1;) {
-      if (std::find(roots.begin(), roots.end(), q) != roots.end()) {
-        sum += p.cpu;
-        break;
-      }
-      auto it = procs.find(q);
-      if (it == procs.end())
-        break;
-      q = it->second.ppid;
-    }
-  return sum;
 }
 
 // N MiB of pseudo-random bytes: incompressible, so no transport's
@@ -406,12 +356,6 @@ caf::expected<shares> instrumented(bed& b, const std::string& entry) {
     return make_error(ec::digest_mismatch, "the separate sha256 pass disagrees");
   sh.hash = seconds_since(th);
   return sh;
-}
-
-std::string load_average() {
-  auto text = testbed::read_file("/proc/loadavg");
-  auto end = text.find(' ', text.find(' ', text.find(' ') + 1) + 1);
-  return text.substr(0, end);
 }
 
 } // namespace

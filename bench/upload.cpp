@@ -58,8 +58,10 @@
 #include "support/testbed.hpp"
 
 #include "figures.hpp"
+#include "proc_cpu.hpp"
 
 using namespace egress;
+using namespace egress::procfs;
 using egress::test::figures;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
@@ -89,64 +91,6 @@ double cpu_seconds() {
 // byte, summed over every process on it (this one with its threads and
 // virsh children, libvirtd, the sshd sessions), moves much less and is what
 // a change to the engine's path can actually lower.
-double tree_cpu_seconds(const std::vector<pid_t>& roots) {
-  struct proc {
-    pid_t ppid = 0;
-    double cpu = 0;
-  };
-  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  std::map<pid_t, proc> procs;
-  if (DIR* d = ::opendir("/proc")) {
-    while (auto* e = ::readdir(d)) {
-      char* end = nullptr;
-      auto pid = static_cast<pid_t>(std::strtol(e->d_name, &end, 10));
-      if (pid <= 0 || *end != '\0')
-        continue;
-      std::string stat;
-      try {
-        stat = testbed::read_file(std::string{"/proc/"} + e->d_name + "/stat");
-      } catch (const std::exception&) {
-        continue; // gone meanwhile
-      }
-      // Fields after the command's closing parenthesis: state ppid ... with
-      // utime, stime, cutime, cstime as fields 14-17 of the whole line.
-      auto at = stat.rfind(')');
-      if (at == std::string::npos)
-        continue;
-      std::vector<double> f;
-      for (char* q = stat.data() + at + 2; *q != '\0' && f.size() < 16;) {
-        f.push_back(std::strtod(q, &end));
-        if (end == q) { // the state letter
-          ++q;
-          f.back() = 0;
-        } else {
-          q = end;
-        }
-        while (*q == ' ')
-          ++q;
-      }
-      if (f.size() < 16)
-        continue;
-      procs[pid] = proc{static_cast<pid_t>(f[1]), (f[11] + f[12] + f[13] + f[14]) / tick};
-    }
-    ::closedir(d);
-  }
-  double sum = 0;
-  for (auto& [pid, p] : procs) {
-    for (pid_t q = pid; q > 1;) {
-      if (std::find(roots.begin(), roots.end(), q) != roots.end()) {
-        sum += p.cpu;
-        break;
-      }
-      auto it = procs.find(q);
-      if (it == procs.end())
-        break;
-      q = it->second.ppid;
-    }
-  }
-  return sum;
-}
-
 // N MiB from xoshiro256**: incompressible, fast to make.
 void write_random_file(const std::string& path, uint64_t mibs) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -467,12 +411,6 @@ void print(const measurement& m, uint64_t bytes) {
   if (m.path_cpu > 0)
     std::printf("  path CPU %.2f s", m.path_cpu);
   std::printf("\n");
-}
-
-std::string load_average() {
-  auto text = testbed::read_file("/proc/loadavg");
-  auto end = text.find(' ', text.find(' ', text.find(' ') + 1) + 1);
-  return text.substr(0, end);
 }
 
 double median(std::vector<double> xs) {
