@@ -31,6 +31,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <editline/readline.h>
@@ -654,118 +655,140 @@ caf::expected<crypto::identity_files> find_identity(const std::string& named) {
                       "shell as the engine's user, or pass --identity=DIR");
 }
 
-int main(int argc, char** argv) {
+// What the command line asked for.
+struct shell_options {
   std::string target = "127.0.0.1:4040";
+  std::string host;
+  uint16_t port = 0;
   std::vector<std::string> commands;
   bool as_json = false;
   long timeout_ms = 5000;
   long watch_s = 0;
   std::string secret_file, tls_cert, tls_key, tls_ca, identity_dir;
+  bool help = false;
+};
+
+// The options, or a usage error's message.
+std::variant<shell_options, std::string> read_options(int argc, char** argv) {
+  shell_options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::cout << usage_text;
-      return exit_ok;
+      o.help = true;
+      return o;
     } else if (a == "-c" && i + 1 < argc) {
-      commands.push_back(argv[++i]);
+      o.commands.push_back(argv[++i]);
     } else if (a == "--json") {
-      as_json = true;
+      o.as_json = true;
     } else if (a.rfind("--timeout=", 0) == 0) {
-      timeout_ms = std::atol(a.c_str() + 10);
-      if (timeout_ms <= 0) {
-        std::cerr << "caf-shell: --timeout: expected milliseconds > 0, got \"" << a.substr(10)
-                  << "\"\n";
-        return exit_usage;
-      }
+      o.timeout_ms = std::atol(a.c_str() + 10);
+      if (o.timeout_ms <= 0)
+        return "--timeout: expected milliseconds > 0, got \"" + a.substr(10) + "\"";
     } else if (a.rfind("--for=", 0) == 0) {
-      watch_s = std::atol(a.c_str() + 6);
-      if (watch_s <= 0) {
-        std::cerr << "caf-shell: --for: expected seconds > 0, got \"" << a.substr(6) << "\"\n";
-        return exit_usage;
-      }
+      o.watch_s = std::atol(a.c_str() + 6);
+      if (o.watch_s <= 0)
+        return "--for: expected seconds > 0, got \"" + a.substr(6) + "\"";
     } else if (a.rfind("--secret-file=", 0) == 0) {
-      secret_file = a.substr(14);
+      o.secret_file = a.substr(14);
     } else if (a.rfind("--identity=", 0) == 0) {
-      identity_dir = a.substr(11);
+      o.identity_dir = a.substr(11);
     } else if (a.rfind("--tls-cert=", 0) == 0) {
-      tls_cert = a.substr(11);
+      o.tls_cert = a.substr(11);
     } else if (a.rfind("--tls-key=", 0) == 0) {
-      tls_key = a.substr(10);
+      o.tls_key = a.substr(10);
     } else if (a.rfind("--tls-ca=", 0) == 0) {
-      tls_ca = a.substr(9);
+      o.tls_ca = a.substr(9);
     } else if (a[0] != '-' && a.find(':') != std::string::npos) {
-      target = a;
+      o.target = a;
     } else {
-      std::cerr << "caf-shell: unexpected argument \"" << a << "\"\n" << usage_text;
-      return exit_usage;
+      return "unexpected argument \"" + a + "\"\n" + usage_text;
     }
   }
-  auto colon = target.rfind(':');
-  auto port = std::atol(target.c_str() + colon + 1);
-  if (colon == 0 || port <= 0 || port > 65535) {
-    std::cerr << "caf-shell: expected HOST:PORT, got \"" << target << "\"\n";
-    return exit_usage;
-  }
-  bool tls = !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty();
-  if (tls && (tls_cert.empty() || tls_key.empty() || tls_ca.empty())) {
-    std::cerr << "caf-shell: TLS needs all of --tls-cert, --tls-key and --tls-ca\n";
-    return exit_usage;
-  }
-  for (auto& [flag, file] : {std::pair{"--tls-cert", tls_cert}, std::pair{"--tls-key", tls_key},
-                             std::pair{"--tls-ca", tls_ca},
-                             std::pair{"--secret-file", secret_file}})
-    if (!file.empty() && !std::ifstream{file}) {
-      std::cerr << "caf-shell: " << flag << ": cannot read \"" << file << "\"\n";
-      return exit_usage;
-    }
-  std::string secret;
-  if (!secret_file.empty()) {
-    std::ifstream in{secret_file};
+  auto colon = o.target.rfind(':');
+  auto port = std::atol(o.target.c_str() + colon + 1);
+  if (colon == 0 || port <= 0 || port > 65535)
+    return "expected HOST:PORT, got \"" + o.target + "\"";
+  o.host = o.target.substr(0, colon);
+  o.port = static_cast<uint16_t>(port);
+  return o;
+}
+
+// The certificates and the secret the shell presents: the operator's
+// (--tls-*), or the identity caf-run generated; "" when all is well, else
+// the usage error.
+std::string find_credentials(shell_options& o, std::string& secret) {
+  bool tls = !o.tls_cert.empty() || !o.tls_key.empty() || !o.tls_ca.empty();
+  if (tls && (o.tls_cert.empty() || o.tls_key.empty() || o.tls_ca.empty()))
+    return "TLS needs all of --tls-cert, --tls-key and --tls-ca";
+  for (auto& [flag, file] :
+       {std::pair{"--tls-cert", o.tls_cert}, std::pair{"--tls-key", o.tls_key},
+        std::pair{"--tls-ca", o.tls_ca}, std::pair{"--secret-file", o.secret_file}})
+    if (!file.empty() && !std::ifstream{file})
+      return std::string{flag} + ": cannot read \"" + file + "\"";
+  if (!o.secret_file.empty()) {
+    std::ifstream in{o.secret_file};
     secret.assign(std::istreambuf_iterator<char>{in}, {});
     while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
       secret.pop_back();
   }
-  if (!tls) {
-    auto id = find_identity(identity_dir);
-    if (!id) {
-      std::cerr << "caf-shell: " << detail(id.error()) << "\n";
-      return exit_usage;
-    }
-    tls_cert = id->certificate;
-    tls_key = id->key;
-    tls_ca = id->ca;
-  }
+  if (tls)
+    return {};
+  auto id = find_identity(o.identity_dir);
+  if (!id)
+    return detail(id.error());
+  o.tls_cert = id->certificate;
+  o.tls_key = id->key;
+  o.tls_ca = id->ca;
+  return {};
+}
+
+// Connects and runs the commands, or the REPL without any.
+int run_shell(const shell_options& o, const std::string& secret) {
   caf::actor_system_config cfg;
   configure(cfg);
   cfg.load<caf::io::middleman>();
   cfg.load<caf::openssl::manager>();
-  cfg.openssl_certificate = tls_cert;
-  cfg.openssl_key = tls_key;
-  cfg.openssl_cafile = tls_ca;
+  cfg.openssl_certificate = o.tls_cert;
+  cfg.openssl_key = o.tls_key;
+  cfg.openssl_cafile = o.tls_ca;
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  caf::actor_system sys{cfg};
+  shell sh{sys, o.host, o.port, o.as_json, std::chrono::milliseconds(o.timeout_ms)};
+  sh.watch_for = std::chrono::seconds(o.watch_s);
+  sh.secret_ = secret;
+  // Ctrl-C ends a watch (in the REPL, libedit has the terminal otherwise);
+  // SIGTERM ends a scripted one.
+  struct sigaction sa{};
+  sa.sa_handler = on_interrupt;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  if (!sh.connect())
+    return exit_failed;
+  if (o.commands.empty())
+    return repl(sh);
   int rc = exit_ok;
-  {
-    caf::actor_system sys{cfg};
-    shell sh{sys, target.substr(0, colon), static_cast<uint16_t>(port), as_json,
-             std::chrono::milliseconds(timeout_ms)};
-    sh.watch_for = std::chrono::seconds(watch_s);
-    sh.secret_ = secret;
-    // Ctrl-C ends a watch (in the REPL, libedit has the terminal otherwise);
-    // SIGTERM ends a scripted one.
-    struct sigaction sa{};
-    sa.sa_handler = on_interrupt;
-    ::sigaction(SIGINT, &sa, nullptr);
-    ::sigaction(SIGTERM, &sa, nullptr);
-    if (!sh.connect())
-      return exit_failed;
-    if (commands.empty()) {
-      rc = repl(sh);
-    } else {
-      for (auto& c : commands)
-        if (!sh.run(c))
-          rc = exit_failed;
-    }
-  }
+  for (auto& c : o.commands)
+    if (!sh.run(c))
+      rc = exit_failed;
   return rc;
+}
+
+int main(int argc, char** argv) {
+  auto read = read_options(argc, argv);
+  if (auto* why = std::get_if<std::string>(&read)) {
+    std::cerr << "caf-shell: " << *why << "\n";
+    return exit_usage;
+  }
+  auto& o = std::get<shell_options>(read);
+  if (o.help) {
+    std::cout << usage_text;
+    return exit_ok;
+  }
+  std::string secret;
+  if (auto why = find_credentials(o, secret); !why.empty()) {
+    std::cerr << "caf-shell: " << why << "\n";
+    return exit_usage;
+  }
+  return run_shell(o, secret);
 }

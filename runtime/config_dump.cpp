@@ -27,13 +27,20 @@ std::string list(const std::vector<std::string>& xs) {
   return out + "]";
 }
 
-} // namespace
+std::string gateway_line(const gateway_config& g) {
+  std::string out = "gateway = { socket = " + quoted(g.socket) + ", backends = [";
+  for (size_t i = 0; i < g.backends.size(); ++i)
+    out += std::string{i ? ", " : ""} + "{ name = " + quoted(g.backends[i].name)
+           + (g.backends[i].tag.empty() ? std::string{} : ", tag = " + quoted(g.backends[i].tag))
+           + " }";
+  return out + "], drain-grace = " + duration_text(g.drain_grace)
+         + ", call-budget = " + duration_text(g.call_budget)
+         + ", resync-interval = " + duration_text(g.resync_interval) + " }\n";
+}
 
-std::string dump_config(const engine_config& cfg) {
-  std::string out = "; effective configuration";
-  if (!cfg.config_file.empty())
-    out += " of " + cfg.config_file;
-  out += "\n[engine]\n";
+// [engine]'s own keys, before its lists.
+std::string engine_keys(const engine_config& cfg) {
+  std::string out;
   out += "entry = " + quoted(cfg.entry) + "\n";
   out += "poll-interval = " + duration_text(cfg.poll_interval) + "\n";
   out += "bulk-read-interval = " + duration_text(cfg.bulk_read_interval) + "\n";
@@ -62,55 +69,79 @@ std::string dump_config(const engine_config& cfg) {
   out += std::string{"metrics = { enabled = "} + (cfg.metrics.enabled ? "true" : "false")
          + ", address = " + quoted(cfg.metrics.address)
          + ", port = " + std::to_string(cfg.metrics.port) + " }\n";
-  if (cfg.gateway.enabled) {
-    auto& g = cfg.gateway;
-    out += "gateway = { socket = " + quoted(g.socket) + ", backends = [";
-    for (size_t i = 0; i < g.backends.size(); ++i)
-      out += std::string{i ? ", " : ""} + "{ name = " + quoted(g.backends[i].name)
-             + (g.backends[i].tag.empty() ? std::string{}
-                                          : ", tag = " + quoted(g.backends[i].tag))
-             + " }";
-    out += "], drain-grace = " + duration_text(g.drain_grace)
-           + ", call-budget = " + duration_text(g.call_budget)
-           + ", resync-interval = " + duration_text(g.resync_interval) + " }\n";
-  }
+  if (cfg.gateway.enabled)
+    out += gateway_line(cfg.gateway);
   out += "node = " + quoted(node_name(cfg)) + "\n";
   out += "peers = [";
   for (size_t i = 0; i < cfg.peers.size(); ++i)
     out += (i ? ", " : "") + quoted(cfg.peers[i]);
   out += "]\n";
+  return out;
+}
+
+std::string host_line(const host_config& h) {
+  std::string out;
+  out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)
+         + ", domain-type = " + quoted(h.domain_type)
+         + ", transport = " + quoted(h.transport);
+  if (h.transport == "ssh")
+    out += ", address = " + quoted(h.address) + ", port = " + std::to_string(h.port)
+           + ", user = " + quoted(h.user) + ", key-file = " + quoted(h.key_file)
+           + ", known-hosts = " + quoted(h.known_hosts)
+           + ", remote-socket = " + quoted(h.remote_socket)
+           + (h.remote_command.empty() ? std::string{}
+                                       : ", remote-command = " + quoted(h.remote_command))
+           + ", ssh-keepalive = " + duration_text(h.ssh_keepalive)
+           + ", ssh-watchdog = " + duration_text(h.ssh_watchdog)
+           + ", tcp-user-timeout = " + duration_text(h.tcp_user_timeout);
+  if (h.transport == "local-socket")
+    out += ", socket = " + quoted(h.socket);
+  if (h.transport != "direct")
+    out += ", bridge-dir = " + quoted(h.bridge_dir);
+  out += ", keepalive-interval = " + duration_text(h.keepalive_interval)
+         + ", keepalive-count = " + std::to_string(h.keepalive_count);
+  if (!h.pool.empty())
+    out += ", pool = " + quoted(h.pool);
+  if (!h.network.empty())
+    out += ", network = " + quoted(h.network);
+  if (!h.console_log_dir.empty())
+    out += ", console-log-dir = " + quoted(h.console_log_dir);
+  out += ", max-calls = " + std::to_string(h.max_calls)
+         + ", call-budget = " + duration_text(h.call_budget)
+         + ", connect-timeout = " + duration_text(h.connect_timeout)
+         + ", address-sources = " + list(h.address_sources) + " },\n";
+  return out;
+}
+
+std::string proxy_line(const proxy_spec& p) {
+  std::string out;
+  out += "  { name = " + quoted(p.name) + ", host = " + quoted(p.host)
+         + ", vcpus = " + std::to_string(p.vcpus)
+         + ", memory-mib = " + std::to_string(p.memory_mib);
+  if (!p.network.empty())
+    out += ", network = " + quoted(p.network);
+  if (!p.image.empty())
+    out += ", image = " + quoted(p.image);
+  if (!p.kernel.empty())
+    out += ", kernel = " + quoted(p.kernel)
+           + (p.initrd.empty() ? std::string{} : ", initrd = " + quoted(p.initrd))
+           + (p.cmdline.empty() ? std::string{} : ", cmdline = " + quoted(p.cmdline));
+  if (!p.image.empty() || !p.kernel.empty())
+    out += ", port = " + std::to_string(p.port) + ", allow-from = " + quoted(p.allow_from);
+  out += ", tags = " + list(p.tags) + " },\n";
+  return out;
+}
+
+} // namespace
+
+std::string dump_config(const engine_config& cfg) {
+  std::string out = "; effective configuration";
+  if (!cfg.config_file.empty())
+    out += " of " + cfg.config_file;
+  out += "\n[engine]\n" + engine_keys(cfg);
   out += "hosts = [\n";
-  for (auto& h : cfg.hosts) {
-    out += "  { name = " + quoted(h.name) + ", uri = " + quoted(h.uri)
-           + ", domain-type = " + quoted(h.domain_type)
-           + ", transport = " + quoted(h.transport);
-    if (h.transport == "ssh")
-      out += ", address = " + quoted(h.address) + ", port = " + std::to_string(h.port)
-             + ", user = " + quoted(h.user) + ", key-file = " + quoted(h.key_file)
-             + ", known-hosts = " + quoted(h.known_hosts)
-             + ", remote-socket = " + quoted(h.remote_socket)
-             + (h.remote_command.empty() ? std::string{}
-                                         : ", remote-command = " + quoted(h.remote_command))
-             + ", ssh-keepalive = " + duration_text(h.ssh_keepalive)
-             + ", ssh-watchdog = " + duration_text(h.ssh_watchdog)
-             + ", tcp-user-timeout = " + duration_text(h.tcp_user_timeout);
-    if (h.transport == "local-socket")
-      out += ", socket = " + quoted(h.socket);
-    if (h.transport != "direct")
-      out += ", bridge-dir = " + quoted(h.bridge_dir);
-    out += ", keepalive-interval = " + duration_text(h.keepalive_interval)
-           + ", keepalive-count = " + std::to_string(h.keepalive_count);
-    if (!h.pool.empty())
-      out += ", pool = " + quoted(h.pool);
-    if (!h.network.empty())
-      out += ", network = " + quoted(h.network);
-    if (!h.console_log_dir.empty())
-      out += ", console-log-dir = " + quoted(h.console_log_dir);
-    out += ", max-calls = " + std::to_string(h.max_calls)
-           + ", call-budget = " + duration_text(h.call_budget)
-           + ", connect-timeout = " + duration_text(h.connect_timeout)
-           + ", address-sources = " + list(h.address_sources) + " },\n";
-  }
+  for (auto& h : cfg.hosts)
+    out += host_line(h);
   out += "]\nimages = [\n";
   for (auto& img : cfg.images) {
     out += "  { name = " + quoted(img.name) + ", url = " + quoted(img.url)
@@ -120,22 +151,8 @@ std::string dump_config(const engine_config& cfg) {
            + ", transfer-budget = " + duration_text(img.transfer_budget) + " },\n";
   }
   out += "]\nproxies = [\n";
-  for (auto& p : cfg.proxies) {
-    out += "  { name = " + quoted(p.name) + ", host = " + quoted(p.host)
-           + ", vcpus = " + std::to_string(p.vcpus)
-           + ", memory-mib = " + std::to_string(p.memory_mib);
-    if (!p.network.empty())
-      out += ", network = " + quoted(p.network);
-    if (!p.image.empty())
-      out += ", image = " + quoted(p.image);
-    if (!p.kernel.empty())
-      out += ", kernel = " + quoted(p.kernel)
-             + (p.initrd.empty() ? std::string{} : ", initrd = " + quoted(p.initrd))
-             + (p.cmdline.empty() ? std::string{} : ", cmdline = " + quoted(p.cmdline));
-    if (!p.image.empty() || !p.kernel.empty())
-      out += ", port = " + std::to_string(p.port) + ", allow-from = " + quoted(p.allow_from);
-    out += ", tags = " + list(p.tags) + " },\n";
-  }
+  for (auto& p : cfg.proxies)
+    out += proxy_line(p);
   out += "]\n";
   return out;
 }
