@@ -27,6 +27,7 @@
 #include <future>
 #include <thread>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -257,143 +258,164 @@ public:
 
   /// Runs one command line; false when it failed (the reason is printed).
   bool run(const std::string& line) {
+    using command = bool (shell::*)(const std::vector<std::string>&);
+    static const std::map<std::string, command> commands{
+      {"help", &shell::help_command},         {"names", &shell::names_command},
+      {"ls", &shell::ls_command},             {"show", &shell::show_command},
+      {"status", &shell::status_command},     {"watch", &shell::watch_command},
+      {"drain", &shell::drain_command},       {"undrain", &shell::drain_command},
+      {"reconcile", &shell::reconcile_command}, {"reload", &shell::reload_command},
+      {"kill-link", &shell::kill_link_command},
+    };
     auto w = words(line);
     if (w.empty())
       return true;
-    if (w[0] == "help") {
-      std::cout << usage_text;
-      return true;
-    }
-    if (w[0] == "names") {
-      // For shell completion (dist/bash-completion/caf-shell): one name per
-      // line, nothing else.
-      auto kind = kind_of(w.size() > 1 ? w[1] : "all");
-      if (!kind || w.size() > 2)
-        return fail("usage: names [links|images|proxies|health|gateway|calls|nodes]");
-      auto xs = ask_ls(*kind);
-      if (!xs)
-        return false;
-      std::set<std::string> names;
-      for (auto& e : *xs)
-        names.insert(e.name);
-      for (auto& n : names)
-        std::cout << n << "\n";
-      return true;
-    }
-    if (w[0] == "ls") {
-      auto kind = kind_of(w.size() > 1 ? w[1] : "all");
-      if (!kind || w.size() > 2)
-        return fail("usage: ls [links|images|proxies|health|gateway|calls|nodes]");
-      auto xs = ask_ls(*kind);
-      if (!xs)
-        return false;
-      print_ls(*xs);
-      return true;
-    }
-    if (w[0] == "show") {
-      if (w.size() != 3 || !kind_of(w[1]) || kind_of(w[1])->empty())
-        return fail("usage: show <link|image|proxy|health|gateway|call|node> <name>");
-      auto kind = *kind_of(w[1]);
-      auto xs = ask_ls(kind);
-      if (!xs)
-        return false;
-      for (auto& e : *xs)
-        if (e.name == w[2]) {
-          print_show(e);
-          return true;
-        }
-      return fail("no " + kind + " named \"" + w[2] + "\" (ls " + kind + " lists them)");
-    }
-    if (w[0] == "status") {
-      auto out = ask<fleet_status>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::status_v, token_);
-      });
-      if (!out)
-        return false;
-      if (json_) {
-        std::cout << to_json(*out).dump(2) << "\n";
-      } else {
-        std::cout << "node " << out->node << ", entry " << out->entry << ": "
-                  << out->links.size() << " link(s), "
-                  << out->images.size() << " image(s), " << out->proxies.size()
-                  << " proxy(ies), rotation " << out->rotation.size() << "\n";
+    auto c = commands.find(w[0]);
+    if (c == commands.end())
+      return fail("unknown command \"" + w[0] + "\" (help lists them)");
+    return (this->*(c->second))(w);
+  }
+
+  bool help_command(const std::vector<std::string>&) {
+    std::cout << usage_text;
+    return true;
+  }
+
+  // For shell completion (dist/bash-completion/caf-shell): one name per
+  // line, nothing else.
+  bool names_command(const std::vector<std::string>& w) {
+    auto kind = kind_of(w.size() > 1 ? w[1] : "all");
+    if (!kind || w.size() > 2)
+      return fail("usage: names [links|images|proxies|health|gateway|calls|nodes]");
+    auto xs = ask_ls(*kind);
+    if (!xs)
+      return false;
+    std::set<std::string> names;
+    for (auto& e : *xs)
+      names.insert(e.name);
+    for (auto& n : names)
+      std::cout << n << "\n";
+    return true;
+  }
+
+  bool ls_command(const std::vector<std::string>& w) {
+    auto kind = kind_of(w.size() > 1 ? w[1] : "all");
+    if (!kind || w.size() > 2)
+      return fail("usage: ls [links|images|proxies|health|gateway|calls|nodes]");
+    auto xs = ask_ls(*kind);
+    if (!xs)
+      return false;
+    print_ls(*xs);
+    return true;
+  }
+
+  bool show_command(const std::vector<std::string>& w) {
+    if (w.size() != 3 || !kind_of(w[1]) || kind_of(w[1])->empty())
+      return fail("usage: show <link|image|proxy|health|gateway|call|node> <name>");
+    auto kind = *kind_of(w[1]);
+    auto xs = ask_ls(kind);
+    if (!xs)
+      return false;
+    for (auto& e : *xs)
+      if (e.name == w[2]) {
+        print_show(e);
+        return true;
       }
-      return true;
-    }
-    if (w[0] == "watch") {
-      std::string filter;
-      for (size_t i = 1; i < w.size(); ++i)
-        filter += (i > 1 ? " " : "") + w[i];
-      return watch(filter);
-    }
-    if (w[0] == "drain" || w[0] == "undrain") {
-      if (w.size() != 2)
-        return fail("usage: " + w[0] + " <proxy>");
-      bool drained = w[0] == "drain";
-      auto out = ask<proxy_health>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::drain_v, token_, w[1], drained, false);
-      });
-      if (!out)
-        return false;
-      if (json_)
-        std::cout << json{{"name", out->name}, {"drained", out->drained},
-                          {"in_rotation", out->in_rotation}}
-                       .dump(2)
-                  << "\n";
-      else
-        std::cout << "proxy " << out->name << ": " << (out->drained ? "drained" : "undrained")
-                  << ", " << (out->in_rotation ? "in" : "out of") << " the rotation\n";
-      return true;
-    }
-    if (w[0] == "reconcile") {
-      if (w.size() != 2)
-        return fail("usage: reconcile <proxy>");
-      auto out = ask<proxy_status>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::reconcile_v, token_, w[1], false);
-      });
-      if (!out)
-        return false;
-      if (json_)
-        std::cout << json{{"name", out->name}, {"phase", to_string(out->phase)},
-                          {"address", out->address}, {"polls", out->polls}}
-                       .dump(2)
-                  << "\n";
-      else
-        std::cout << "proxy " << out->name << ": reconciling now (was " << to_string(out->phase)
-                  << (out->address.empty() ? "" : " at " + out->address)
-                  << "; watch shows what it finds)\n";
-      return true;
-    }
-    if (w[0] == "reload") {
-      if (w.size() != 1)
-        return fail("usage: reload (the engine re-reads its own configuration file)");
-      auto out = ask<std::string>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::reload_v, token_);
-      });
-      if (!out)
-        return false;
-      if (json_)
-        std::cout << json{{"applied", *out}}.dump(2) << "\n";
-      else
-        std::cout << "reload applied: " << *out << "\n";
-      return true;
-    }
-    if (w[0] == "kill-link") {
-      if (w.size() != 2)
-        return fail("usage: kill-link <host>");
-      auto out = ask<link_status>([&](caf::scoped_actor& self) {
-        return self->request(inspector_, timeout_, atom::kill_v, token_, w[1], false);
-      });
-      if (!out)
-        return false;
-      if (json_)
-        std::cout << to_json(*out).dump(2) << "\n";
-      else
-        std::cout << "link " << out->host << ": " << to_string(out->state)
-                  << (out->reason.empty() ? "" : " (" + out->reason + ")") << "\n";
-      return true;
-    }
-    return fail("unknown command \"" + w[0] + "\" (help lists them)");
+    return fail("no " + kind + " named \"" + w[2] + "\" (ls " + kind + " lists them)");
+  }
+
+  bool status_command(const std::vector<std::string>&) {
+    auto out = ask<fleet_status>([&](caf::scoped_actor& self) {
+      return self->request(inspector_, timeout_, atom::status_v, token_);
+    });
+    if (!out)
+      return false;
+    if (json_)
+      std::cout << to_json(*out).dump(2) << "\n";
+    else
+      std::cout << "node " << out->node << ", entry " << out->entry << ": "
+                << out->links.size() << " link(s), " << out->images.size() << " image(s), "
+                << out->proxies.size() << " proxy(ies), rotation " << out->rotation.size()
+                << "\n";
+    return true;
+  }
+
+  bool watch_command(const std::vector<std::string>& w) {
+    std::string filter;
+    for (size_t i = 1; i < w.size(); ++i)
+      filter += (i > 1 ? " " : "") + w[i];
+    return watch(filter);
+  }
+
+  bool drain_command(const std::vector<std::string>& w) {
+    if (w.size() != 2)
+      return fail("usage: " + w[0] + " <proxy>");
+    bool drained = w[0] == "drain";
+    auto out = ask<proxy_health>([&](caf::scoped_actor& self) {
+      return self->request(inspector_, timeout_, atom::drain_v, token_, w[1], drained, false);
+    });
+    if (!out)
+      return false;
+    if (json_)
+      std::cout << json{{"name", out->name}, {"drained", out->drained},
+                        {"in_rotation", out->in_rotation}}
+                     .dump(2)
+                << "\n";
+    else
+      std::cout << "proxy " << out->name << ": " << (out->drained ? "drained" : "undrained")
+                << ", " << (out->in_rotation ? "in" : "out of") << " the rotation\n";
+    return true;
+  }
+
+  bool reconcile_command(const std::vector<std::string>& w) {
+    if (w.size() != 2)
+      return fail("usage: reconcile <proxy>");
+    auto out = ask<proxy_status>([&](caf::scoped_actor& self) {
+      return self->request(inspector_, timeout_, atom::reconcile_v, token_, w[1], false);
+    });
+    if (!out)
+      return false;
+    if (json_)
+      std::cout << json{{"name", out->name}, {"phase", to_string(out->phase)},
+                        {"address", out->address}, {"polls", out->polls}}
+                     .dump(2)
+                << "\n";
+    else
+      std::cout << "proxy " << out->name << ": reconciling now (was " << to_string(out->phase)
+                << (out->address.empty() ? "" : " at " + out->address)
+                << "; watch shows what it finds)\n";
+    return true;
+  }
+
+  bool reload_command(const std::vector<std::string>& w) {
+    if (w.size() != 1)
+      return fail("usage: reload (the engine re-reads its own configuration file)");
+    auto out = ask<std::string>([&](caf::scoped_actor& self) {
+      return self->request(inspector_, timeout_, atom::reload_v, token_);
+    });
+    if (!out)
+      return false;
+    if (json_)
+      std::cout << json{{"applied", *out}}.dump(2) << "\n";
+    else
+      std::cout << "reload applied: " << *out << "\n";
+    return true;
+  }
+
+  bool kill_link_command(const std::vector<std::string>& w) {
+    if (w.size() != 2)
+      return fail("usage: kill-link <host>");
+    auto out = ask<link_status>([&](caf::scoped_actor& self) {
+      return self->request(inspector_, timeout_, atom::kill_v, token_, w[1], false);
+    });
+    if (!out)
+      return false;
+    if (json_)
+      std::cout << to_json(*out).dump(2) << "\n";
+    else
+      std::cout << "link " << out->host << ": " << to_string(out->state)
+                << (out->reason.empty() ? "" : " (" + out->reason + ")") << "\n";
+    return true;
   }
 
   /// How long `watch` runs (0: until Ctrl-C or SIGTERM).
