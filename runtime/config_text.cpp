@@ -187,6 +187,42 @@ private:
     return i < text_.size() && text_[i] == q ? i + 1 : i;
   }
 
+  // An opening bracket at `i`: a list, or a dict (the value of the pending
+  // key, or, without one, the next anonymous dict of a list), each a scope
+  // of its own. Returns the index after it.
+  size_t open_bracket(size_t i, std::string& pending_key, size_t& anonymous) {
+    if (text_[i] == '[') {
+      open(i, '[', "");
+    } else if (!pending_key.empty()) {
+      open(i, '{', scope() + "." + pending_key);
+    } else {
+      open(i, '{', scope() + ".#" + std::to_string(++anonymous)); // a dict in a list
+    }
+    pending_key.clear();
+    return i + 1;
+  }
+
+  // A bare word at `i`: a key when `=` or `{` follows it outside a list and
+  // not as a value (it becomes the pending key), else a value. Returns the
+  // index after it.
+  size_t word(size_t i, bool after_equals, std::string& pending_key) {
+    size_t start = i;
+    while (i < text_.size() && key_char(text_[i]))
+      ++i;
+    auto w = text_.substr(start, i - start);
+    size_t j = i;
+    while (j < text_.size() && (text_[j] == ' ' || text_[j] == '\t'))
+      ++j;
+    bool in_list = !stack_.empty() && stack_.back().kind == '[';
+    if (!after_equals && !in_list && j < text_.size() && (text_[j] == '=' || text_[j] == '{')) {
+      key(start, w);
+      pending_key = w;
+    } else {
+      pending_key.clear();
+    }
+    return i;
+  }
+
   void scan_structure() {
     bool line_start = true;
     bool after_equals = false;
@@ -233,23 +269,9 @@ private:
           continue;
         }
       }
-      if (c == '[') {
-        pending_key.clear(); // each dict in the list is a scope of its own
-        open(i, '[', "");
+      if (c == '[' || c == '{') {
+        i = open_bracket(i, pending_key, anonymous);
         after_equals = false;
-        ++i;
-        continue;
-      }
-      if (c == '{') {
-        std::string inner;
-        if (!pending_key.empty())
-          inner = scope() + "." + pending_key;
-        else
-          inner = scope() + ".#" + std::to_string(++anonymous); // a dict in a list
-        pending_key.clear();
-        open(i, '{', inner);
-        after_equals = false;
-        ++i;
         continue;
       }
       if (c == ']' || c == '}') {
@@ -271,20 +293,7 @@ private:
         continue;
       }
       if (key_char(c)) {
-        size_t start = i;
-        while (i < text_.size() && key_char(text_[i]))
-          ++i;
-        auto word = text_.substr(start, i - start);
-        size_t j = i;
-        while (j < text_.size() && (text_[j] == ' ' || text_[j] == '\t'))
-          ++j;
-        bool in_list = !stack_.empty() && stack_.back().kind == '[';
-        if (!after_equals && !in_list && j < text_.size() && (text_[j] == '=' || text_[j] == '{')) {
-          key(start, word);
-          pending_key = word;
-        } else {
-          pending_key.clear();
-        }
+        i = word(i, after_equals, pending_key);
         after_equals = false;
         continue;
       }
