@@ -281,13 +281,21 @@ public:
     return true;
   }
 
+  // The rows `ls` and `names` show: of the kind `w` names (every kind
+  // without one); nullopt when the usage is wrong or the engine failed (said).
+  std::optional<std::vector<actor_row>> listing(const std::vector<std::string>& w) {
+    auto kind = kind_of(w.size() > 1 ? w[1] : "all");
+    if (!kind || w.size() > 2) {
+      fail("usage: " + w[0] + " [links|images|proxies|health|gateway|calls|nodes]");
+      return std::nullopt;
+    }
+    return ask_ls(*kind);
+  }
+
   // For shell completion (dist/bash-completion/caf-shell): one name per
   // line, nothing else.
   bool names_command(const std::vector<std::string>& w) {
-    auto kind = kind_of(w.size() > 1 ? w[1] : "all");
-    if (!kind || w.size() > 2)
-      return fail("usage: names [links|images|proxies|health|gateway|calls|nodes]");
-    auto xs = ask_ls(*kind);
+    auto xs = listing(w);
     if (!xs)
       return false;
     std::set<std::string> names;
@@ -299,10 +307,7 @@ public:
   }
 
   bool ls_command(const std::vector<std::string>& w) {
-    auto kind = kind_of(w.size() > 1 ? w[1] : "all");
-    if (!kind || w.size() > 2)
-      return fail("usage: ls [links|images|proxies|health|gateway|calls|nodes]");
-    auto xs = ask_ls(*kind);
+    auto xs = listing(w);
     if (!xs)
       return false;
     print_ls(*xs);

@@ -79,19 +79,19 @@ struct bed : test::engine_fixture {
     return body.substr(5, body.find('\n') - 5);
   }
 
+  // The address of proxy `name`, or the name of the proxy at an address.
   std::string address_of(engine& eng, const std::string& name) {
-    auto st = eng.status();
-    for (auto& p : st->proxies)
-      if (p.name == name)
-        return p.address;
-    return {};
+    return find(eng, [&](const proxy_status& p) { return p.name == name; }).address;
   }
-
   std::string name_of(engine& eng, const std::string& address) {
+    return find(eng, [&](const proxy_status& p) { return p.address == address; }).name;
+  }
+  template <class Pred>
+  proxy_status find(engine& eng, Pred pred) {
     auto st = eng.status();
     for (auto& p : st->proxies)
-      if (p.address == address)
-        return p.name;
+      if (pred(p))
+        return p;
     return {};
   }
 };
