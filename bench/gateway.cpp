@@ -88,42 +88,6 @@ double median(std::vector<double> v) {
   return percentile(std::move(v), 0.5);
 }
 
-// Notes when a server of an HAProxy stops taking new connections.
-class out_watch {
-public:
-  out_watch(const test::haproxy& h, std::string server)
-    : h_(h), server_(std::move(server)), thread_([this] { run(); }) {}
-  ~out_watch() {
-    stop_ = true;
-    thread_.join();
-  }
-  std::optional<clock_type::time_point> out() {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return out_;
-  }
-
-private:
-  void run() {
-    while (!stop_) {
-      auto servers = h_.servers("egress");
-      auto now = clock_type::now();
-      auto s = servers.find(server_);
-      if (s == servers.end() || !s->second.serving()) {
-        std::lock_guard<std::mutex> guard{mtx_};
-        if (!out_)
-          out_ = now;
-      }
-      std::this_thread::sleep_for(2ms);
-    }
-  }
-  const test::haproxy& h_;
-  std::string server_;
-  std::mutex mtx_;
-  std::optional<clock_type::time_point> out_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 const std::vector<std::string> names{"bg-1", "bg-2", "bg-3"};
 
 struct bed : test::probe_bed {
@@ -393,7 +357,7 @@ int main(int argc, char** argv) {
     test::request_load on_checks{b.checks->address(), b.checks->ports().rotate, b.page.url(),
                                  o.clients, 5s, b.net.name()};
     std::this_thread::sleep_for(1s);
-    out_watch w_engine{b.gw, victim}, w_checks{*b.checks, victim};
+    test::server_watch w_engine{b.gw, "egress"}, w_checks{*b.checks, "egress"};
     auto t_kill = clock_type::now();
     testbed::run_checked(b.drop_rule("-I", addr));
     testbed::run({"virsh", "-c", b.lv.uri("test"), "destroy", victim});
@@ -401,8 +365,8 @@ int main(int argc, char** argv) {
     // gets no answer for `inter`, 2 s, then the next check 2 s later) and
     // the clients' timeouts (5 s) of the connections the death caught.
     std::this_thread::sleep_for(15s);
-    auto e = count(on_engine.finish(), w_engine.out(), t_kill);
-    auto c = count(on_checks.finish(), w_checks.out(), t_kill);
+    auto e = count(on_engine.finish(), w_engine.out(victim), t_kill);
+    auto c = count(on_checks.finish(), w_checks.out(victim), t_kill);
     testbed::run(b.drop_rule("-D", addr));
     for (auto& [side, k] : {std::pair<const char*, kill_figures&>{"engine", e}, {"checks", c}}) {
       std::printf("  %-5d %-6s %-8s %12.0f %9zu %7zu %6zu\n", r + 1, victim.c_str(), side,

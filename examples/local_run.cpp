@@ -31,9 +31,6 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +39,7 @@
 #include "messages/error.hpp"
 #include "runtime/config_dump.hpp"
 #include "support/haproxy.hpp"
+#include "support/http_get.hpp"
 #include "support/local_host.hpp"
 #include "support/testbed.hpp"
 
@@ -122,31 +120,6 @@ int run_engine(const std::string& caf_run, const std::string& config_file) {
 // The page the exits fetch: on the VM network's bridge, beside the probes'.
 constexpr int exit_port = 8081;
 
-// One GET of caf-run's listener on 127.0.0.1: the body, "" when it failed.
-std::string get_local(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return {};
-  timeval tv{40, 0}; // beyond the long poll's 30 s
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  auto req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0
-      && ::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
-      out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  auto body = out.find("\r\n\r\n");
-  return out.starts_with("HTTP/1.1 200") && body != std::string::npos ? out.substr(body + 4)
-                                                                       : std::string{};
-}
-
 // Follows the rotation the way any consumer can (GET /rotation?after=G)
 // and says once, when every proxy is in it, that the gateway serves: the
 // line printed at the start has scrolled away behind caf-run's table by
@@ -157,9 +130,12 @@ void announce_when_full(const test::haproxy& gateway, int metrics_port, size_t p
                         std::string curl_line) {
   uint64_t generation = 0;
   while (!stop_requested && !engine_ended) {
-    auto body = get_local(metrics_port, "/rotation?after=" + std::to_string(generation));
+    // Beyond the long poll's 30 s.
+    auto [code, body] = test::http_get(metrics_port,
+                                       "/rotation?after=" + std::to_string(generation),
+                                       std::chrono::seconds(40));
     auto rotation = nlohmann::json::parse(body, nullptr, false);
-    if (rotation.is_discarded() || !rotation.is_object()) {
+    if (code != 200 || rotation.is_discarded() || !rotation.is_object()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       continue;
     }

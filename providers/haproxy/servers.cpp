@@ -106,6 +106,11 @@ caf::expected<std::vector<server_row>> parse_servers_state(std::string_view text
 
 caf::expected<std::map<std::string, uint64_t>> parse_sessions(std::string_view text,
                                                               const std::string& backend) {
+  return parse_stat_column(text, backend, "scur");
+}
+
+caf::expected<std::map<std::string, uint64_t>>
+parse_stat_column(std::string_view text, const std::string& backend, const std::string& column) {
   const std::string what = "show stat " + backend;
   auto lines = lines_of(text);
   if (!lines.empty() && lines.front() == "No such proxy.")
@@ -113,7 +118,7 @@ caf::expected<std::map<std::string, uint64_t>> parse_sessions(std::string_view t
   if (lines.empty() || !lines[0].starts_with("# "))
     return garbage(what + ": expected a CSV header", first_line(text));
   auto header = split(lines[0].substr(2), ',');
-  auto at = columns(header, {"pxname", "svname", "scur"}, what);
+  auto at = columns(header, {"pxname", "svname", column}, what);
   if (!at)
     return at.error();
   std::map<std::string, uint64_t> out;
@@ -125,10 +130,10 @@ caf::expected<std::map<std::string, uint64_t>> parse_sessions(std::string_view t
     auto name = f[(*at)["svname"]];
     if (name == "BACKEND" || name == "FRONTEND" || f[(*at)["pxname"]] != backend)
       continue;
-    uint64_t scur = 0;
-    if (!number(f[(*at)["scur"]], scur))
-      return garbage(what + ": scur is not a number", lines[i]);
-    out[std::string{name}] = scur;
+    uint64_t value = 0;
+    if (!number(f[(*at)[column]], value))
+      return garbage(what + ": " + column + " is not a number", lines[i]);
+    out[std::string{name}] = value;
   }
   return out;
 }

@@ -54,6 +54,11 @@ caf::expected<std::vector<server_row>> parse_servers_state(std::string_view text
 caf::expected<std::map<std::string, uint64_t>> parse_sessions(std::string_view text,
                                                               const std::string& backend);
 
+/// The same answer's numeric `column` for every server of `backend` (scur,
+/// stot, ...); parse_sessions is its scur.
+caf::expected<std::map<std::string, uint64_t>>
+parse_stat_column(std::string_view text, const std::string& backend, const std::string& column);
+
 /// Who answers: `show info`'s process id and uptime tell a restarted (or
 /// reloaded) HAProxy, which has lost every server the engine added.
 struct process_info {

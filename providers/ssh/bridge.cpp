@@ -98,7 +98,9 @@ void sweep_dead_owners(const std::string& base) {
     if (dash == std::string::npos)
       continue;
     auto pid_text = name.substr(prefix.size(), dash - prefix.size());
-    if (pid_text.empty() || !std::all_of(pid_text.begin(), pid_text.end(), ::isdigit))
+    if (pid_text.empty() || pid_text.size() > 9
+        || !std::all_of(pid_text.begin(), pid_text.end(),
+                        [](char ch) { return ch >= '0' && ch <= '9'; }))
       continue;
     auto pid = static_cast<pid_t>(std::stol(pid_text));
     struct stat sb{};

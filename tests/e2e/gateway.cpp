@@ -26,16 +26,12 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-struct checked {
-  test::appliance app = test::require_vms_or_skip();
-};
-
 long ms(clock_type::duration d) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
 }
 
 struct bed : test::engine_fixture {
-  checked check;
+  test::vms_required check;
   test::file_mirror mirror{check.app.dir};
   test::local_host host;
   test::haproxy gw;

@@ -36,12 +36,8 @@ std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-struct checked {
-  test::appliance app = test::require_vms_or_skip();
-};
-
 struct base : test::engine_fixture {
-  checked check;
+  test::vms_required check;
 
   static std::vector<std::string> in_rotation(const fleet_status& st, const std::string& host) {
     std::vector<std::string> out;

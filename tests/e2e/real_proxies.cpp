@@ -25,16 +25,12 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-struct checked {
-  test::appliance app = test::require_vms_or_skip();
-};
-
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
 struct bed : test::engine_fixture {
-  checked check;
+  test::vms_required check;
   test::file_mirror mirror{check.app.dir};
   test::local_host host;
 

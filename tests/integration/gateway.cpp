@@ -30,55 +30,6 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// Reads HAProxy's servers every 2 ms and notes when each was first seen
-// ready, and first seen not ready (maintenance, or gone) after that.
-class server_watch {
-public:
-  server_watch(const test::haproxy& h, std::string backend)
-    : h_(h), backend_(std::move(backend)), thread_([this] { run(); }) {}
-  ~server_watch() {
-    stop_ = true;
-    thread_.join();
-  }
-
-  std::optional<clock_type::time_point> ready(const std::string& name) { return at(ready_, name); }
-  std::optional<clock_type::time_point> out(const std::string& name) { return at(out_, name); }
-
-private:
-  std::optional<clock_type::time_point> at(std::map<std::string, clock_type::time_point>& m,
-                                           const std::string& name) {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto i = m.find(name);
-    if (i == m.end())
-      return std::nullopt;
-    return i->second;
-  }
-
-  void run() {
-    while (!stop_) {
-      auto servers = h_.servers(backend_);
-      auto now = clock_type::now();
-      {
-        std::lock_guard<std::mutex> guard{mtx_};
-        for (auto& [name, s] : servers)
-          if (s.ready())
-            ready_.emplace(name, now);
-        for (auto& [name, _] : ready_)
-          if (!servers.contains(name) || !servers[name].ready())
-            out_.emplace(name, now);
-      }
-      std::this_thread::sleep_for(2ms);
-    }
-  }
-
-  const test::haproxy& h_;
-  std::string backend_;
-  std::mutex mtx_;
-  std::map<std::string, clock_type::time_point> ready_, out_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 struct bed : test::engine_fixture, test::probe_bed {
   test::exit_target page{test::vm_network::web_addr, 8081, net.name()};
   test::haproxy gw{[this] {
@@ -146,7 +97,7 @@ BOOST_FIXTURE_TEST_SUITE(gateway_suite, bed)
 // link killed) is out of it within 200 ms; requests through the gateway
 // reach every proxy of the rotation and none that left.
 BOOST_AUTO_TEST_CASE(spec_29_haproxy_follows_joins_and_leaves_within_200_ms) {
-  server_watch watch{gw, "egress"};
+  test::server_watch watch{gw, "egress"};
   auto events = std::make_shared<test::rotation_log>();
   auto recorder = sys->spawn(test::rotation_recorder, events);
   auto eng = engine::start(*sys, config({"gp-1", "gp-2", "gp-3"}));
@@ -160,10 +111,11 @@ BOOST_AUTO_TEST_CASE(spec_29_haproxy_follows_joins_and_leaves_within_200_ms) {
   // HAProxy follows a moment later, so each is waited for (the bound on that
   // moment is checked below, from the recorded times).
   BOOST_REQUIRE(test::eventually(
-    [&] { return watch.ready("gp-1") && watch.ready("gp-2") && watch.ready("gp-3"); }, 2s));
+    [&] { return watch.serving("gp-1") && watch.serving("gp-2") && watch.serving("gp-3"); },
+    2s));
   for (auto name : {"gp-1", "gp-2", "gp-3"}) {
     auto joined = events->when(name, true);
-    auto ready = watch.ready(name);
+    auto ready = watch.serving(name);
     BOOST_REQUIRE_MESSAGE(joined && ready, name << (joined ? "" : " never joined")
                                                 << (ready ? "" : " never ready in HAProxy"));
     BOOST_TEST_MESSAGE(name << " ready in HAProxy " << ms(*ready - *joined) << " ms after it joined");

@@ -24,6 +24,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/engine_fixture.hpp"
+#include "support/http_get.hpp"
 #include "support/testbed.hpp"
 
 namespace egress::test {
@@ -75,10 +76,6 @@ std::pair<int, int> free_ports();
 /// One node of several: its own host (on the test driver) and two proxies,
 /// its inspector on `port`, the other node's at `peer`.
 daemon_run::text node_ini(const std::string& node, int port, int peer, const std::string& host);
-
-/// A plain HTTP/1.1 GET to 127.0.0.1:port: (status code, body); (0, what
-/// came) when no status line came.
-std::pair<int, std::string> http_get(int port, const std::string& path);
 
 /// Prometheus text format 0.0.4, parsed strictly enough to catch a broken
 /// exposition (Boost.Test checks: HELP and TYPE before samples, names and
@@ -219,35 +216,6 @@ inline daemon_run::text node_ini(const std::string& node, int port, int peer, co
           + "/config/testnode.xml\", pool = \"default\", network = \"default\" } ]\n"
           + "proxies = [ { name = \"" + n + "-1\", host = \"" + host + "\" }, { name = \"" + n
           + "-2\", host = \"" + host + "\" } ]\n"};
-}
-
-inline std::pair<int, std::string> http_get(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    ::close(fd);
-    return {0, ""};
-  }
-  auto req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return {0, ""};
-  }
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
-    out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  auto sp = out.find(' ');
-  auto body = out.find("\r\n\r\n");
-  if (sp == std::string::npos || body == std::string::npos)
-    return {0, out};
-  return {std::stoi(out.substr(sp + 1, 3)), out.substr(body + 4)};
 }
 
 inline std::map<std::string, double> parse_exposition(const std::string& text) {

@@ -2,12 +2,10 @@
 
 #include "support/haproxy.hpp"
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <regex>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -43,7 +41,6 @@ std::string rebind(std::string text, const std::string& frontend, const std::str
 }
 
 } // namespace
-
 
 std::string haproxy::shipped_config() {
   auto text = testbed::read_file(std::string{EGRESS_SOURCE_DIR}
@@ -152,31 +149,49 @@ int64_t haproxy::stat(const std::string& backend, const std::string& name,
                                                    backend);
   if (!rows || rows->empty())
     return -1;
-  std::stringstream csv(command("show stat " + std::to_string(rows->front().backend_id)
-                                + " 4 -1"));
-  auto fields = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string f; std::getline(ss, f, ',');)
-      out.push_back(f);
-    return out;
-  };
-  std::string line;
-  if (!std::getline(csv, line) || !line.starts_with("# "))
+  auto values = egress::haproxy::parse_stat_column(
+    command("show stat " + std::to_string(rows->front().backend_id) + " 4 -1"), backend, column);
+  if (!values || !values->contains(name))
     return -1;
-  auto header = fields(line.substr(2));
-  auto at = [&](const std::string& c) {
-    return static_cast<size_t>(std::find(header.begin(), header.end(), c) - header.begin());
-  };
-  size_t sv = at("svname"), col = at(column);
-  if (sv == header.size() || col == header.size())
-    return -1;
-  while (std::getline(csv, line)) {
-    auto f = fields(line);
-    if (f.size() > std::max(sv, col) && f[sv] == name)
-      return std::atoll(f[col].c_str());
+  return static_cast<int64_t>(values->at(name));
+}
+
+// -- watching servers ---------------------------------------------------------------
+
+server_watch::server_watch(const haproxy& h, std::string backend)
+  : h_(h), backend_(std::move(backend)), thread_([this] { run(); }) {}
+
+server_watch::~server_watch() {
+  stop_ = true;
+  thread_.join();
+}
+
+std::optional<server_watch::time_point>
+server_watch::at(const std::map<std::string, time_point>& m, const std::string& name) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = m.find(name);
+  if (i == m.end())
+    return std::nullopt;
+  return i->second;
+}
+
+void server_watch::run() {
+  while (!stop_) {
+    auto servers = h_.servers(backend_);
+    auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      for (auto& [name, s] : servers)
+        if (s.serving())
+          serving_.emplace(name, now);
+      for (auto& [name, _] : serving_) {
+        auto s = servers.find(name);
+        if (s == servers.end() || !s->second.serving())
+          out_.emplace(name, now);
+      }
+    }
+    std::this_thread::sleep_for(2ms);
   }
-  return -1;
 }
 
 // -- the exits' page ------------------------------------------------------------------

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +108,34 @@ private:
   testbed::process proc_;
 };
 
+/// Reads a backend's servers every 2 ms, in a thread of its own, and notes
+/// when each was first seen serving (taking new connections) and, after
+/// that, first seen not serving (in maintenance, down by a check of
+/// HAProxy's, or gone).
+class server_watch {
+public:
+  using time_point = std::chrono::steady_clock::time_point;
+  server_watch(const haproxy& h, std::string backend);
+  ~server_watch();
+  server_watch(const server_watch&) = delete;
+  server_watch& operator=(const server_watch&) = delete;
+
+  std::optional<time_point> serving(const std::string& name) const { return at(serving_, name); }
+  std::optional<time_point> out(const std::string& name) const { return at(out_, name); }
+
+private:
+  std::optional<time_point> at(const std::map<std::string, time_point>& m,
+                               const std::string& name) const;
+  void run();
+
+  const haproxy& h_;
+  std::string backend_;
+  mutable std::mutex mtx_;
+  std::map<std::string, time_point> serving_, out_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 /// The page the exits fetch (see the header's comment), on address:port,
 /// inside `netns` if given.
 class exit_target {
@@ -133,7 +162,6 @@ std::pair<int, std::string> get_through(const std::string& proxy_address, int pr
                                         const std::string& proxy_user = {},
                                         std::chrono::milliseconds timeout
                                         = std::chrono::seconds(5));
-
 
 /// One request of a request_load: when it started and ended, and what came
 /// back (the exit's address, when the page named one).

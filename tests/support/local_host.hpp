@@ -47,6 +47,12 @@ struct appliance {
 /// missing VM stack is a broken machine, not a reason to pass.
 appliance require_vms_or_skip();
 
+/// A fixture's first member in the suites that boot VMs: the appliance,
+/// once require_vms_or_skip() found everything they need.
+struct vms_required {
+  appliance app = require_vms_or_skip();
+};
+
 /// python3 -m http.server on 127.0.0.1 (a free port), serving a directory.
 class file_mirror {
 public:
