@@ -28,9 +28,9 @@ void publish(host_link_pointer self) {
 // fleet-supervision.md).
 void publish_counts(host_link_pointer self) {
   auto& st = self->state;
-  if (st.counts_armed || !st.opts.sink)
+  if (st.armed.counts || !st.opts.sink)
     return;
-  st.counts_armed = true;
+  st.armed.counts = true;
   self->delayed_send(self, st.opts.counts_delay, atom::counts_v);
 }
 
@@ -66,19 +66,15 @@ void note_cause(host_link_pointer self, const std::string& cause) {
   publish(self);
 }
 
-// The pool's next worker: an idle one, else a new one (pump admits at most
-// max_calls calls, so the pool never holds more busy or idle workers).
+// The pool's next worker: an idle one, else a new one (the pool admits at
+// most max_calls calls, so it never holds more busy or idle workers).
 call_worker_actor take_worker(host_link_pointer self) {
   auto& st = self->state;
-  if (!st.idle_workers.empty()) {
-    auto w = std::move(st.idle_workers.back());
-    st.idle_workers.pop_back();
-    return w;
-  }
+  if (auto idle = st.pool.idle_worker())
+    return std::move(*idle);
   auto w = spawn_call_worker(self->system(), st.opts.host);
   self->monitor(w);
-  st.workers->emplace(w.address(), w);
-  ++st.workers_started;
+  st.pool.add_worker(w);
   return w;
 }
 
@@ -90,10 +86,8 @@ void retire_worker(host_link_pointer self, const call_worker_actor& w) {
 
 // A worker that answered takes the next call.
 void return_worker(host_link_pointer self, const call_worker_actor& w) {
-  auto& st = self->state;
-  st.calls.finished(w.address());
-  if (st.workers->count(w.address()) > 0)
-    st.idle_workers.push_back(w);
+  self->state.calls.finished(w.address());
+  self->state.pool.return_worker(w);
 }
 
 // The libvirt keepalive every connection of this link gets.
@@ -101,50 +95,82 @@ lv::keepalive keepalive_of(const host_link_options& o) {
   return {o.keepalive_interval_s, o.keepalive_count};
 }
 
-// The connection for the next call: the least busy of the link's, or a new
-// one (opened by the call itself, on its worker) while the link has fewer
-// than opts.connections. Where opts.connections is max_calls no two calls
-// ever share one; where it is 1 they all share the dial's.
-std::shared_ptr<lv::lazy_connection> take_connection(host_link_pointer self) {
+// A connection the next call opens itself, on its worker: this generation's
+// transport, the link's keepalive.
+std::shared_ptr<lv::lazy_connection> new_connection(const host_link_state& st) {
+  return std::make_shared<lv::lazy_connection>(st.transport->uri(), keepalive_of(st.opts));
+}
+
+void on_call_answered(host_link_pointer self, uint64_t id, const call_worker_actor& worker,
+                      call_result& r) {
   auto& st = self->state;
-  auto& all = st.connections;
-  auto least = std::min_element(all.begin(), all.end(),
-                                [](auto& a, auto& b) { return a.calls < b.calls; });
-  if ((least == all.end() || least->calls > 0) && all.size() < st.opts.connections) {
-    all.push_back({std::make_shared<lv::lazy_connection>(st.transport->uri(),
-                                                         keepalive_of(st.opts)),
-                   0});
-    least = std::prev(all.end());
+  auto call = st.pool.finish(id);
+  if (!call)
+    return; // abandoned: the link died while the call ran (worker retired)
+  return_worker(self, worker);
+  call->rp.deliver(std::move(r));
+  st.backoff.served();
+  pump(self);
+}
+
+// Invariant 3: past its budget the caller gets transient now, and the link
+// dies, whose kill unblocks the call still running. The worker is abandoned
+// with its call; the next call gets a new one.
+void on_call_overrun(host_link_pointer self, call_pool::running& call, const std::string& what,
+                     caf::timespan budget) {
+  auto& st = self->state;
+  auto over = "ran past its " + duration_text(budget) + " budget";
+  st.pool.note_overrun();
+  st.calls.abandon(call.worker.address(), over);
+  retire_worker(self, call.worker);
+  call.rp.deliver(make_error(ec::budget_exceeded, st.opts.host + ": " + what + " " + over));
+  mark_dead(self, "budget overrun: " + what + " after " + duration_text(budget));
+}
+
+void on_call_failed(host_link_pointer self, uint64_t id, uint64_t gen, const std::string& what,
+                    caf::timespan budget, const call_worker_actor& worker, caf::error& err) {
+  auto& st = self->state;
+  auto call = st.pool.finish(id);
+  if (!call) {
+    // Abandoned: the link died first, often from the same cause arriving by
+    // another path (the pump saw libvirt close before this call reported
+    // why). Keep the cause in the status.
+    if (kills_link(err) && gen == st.generation)
+      note_cause(self, render(err));
+    return;
   }
-  ++least->calls;
-  return least->conn;
+  if (err == caf::sec::request_timeout) {
+    on_call_overrun(self, *call, what, budget);
+    return;
+  }
+  // The job's own error: the worker answered and is free again (unless it
+  // is the worker that is gone).
+  bool worker_gone = err == caf::sec::request_receiver_down;
+  if (worker_gone)
+    st.calls.finished(worker.address());
+  else
+    return_worker(self, worker);
+  call->rp.deliver(err);
+  if (kills_link(err) && gen == st.generation) {
+    mark_dead(self, render(err));
+    return;
+  }
+  if (!worker_gone)
+    st.backoff.served();
+  pump(self);
 }
 
-// A call on `conn` answered. A connection of an older generation is gone
-// from the list: nothing to count.
-void return_connection(host_link_state& st, const std::shared_ptr<lv::lazy_connection>& conn) {
-  for (auto& c : st.connections)
-    if (c.conn == conn && c.calls > 0)
-      --c.calls;
-}
-
-// The host answered a call (its job's own error counts: libvirt served it).
-void note_served(host_link_state& st) {
-  st.served = true;
-  st.failures = 0;
-}
-
-void run_call(host_link_pointer self, host_link_state::pending p) {
+void run_call(host_link_pointer self, call_pool::waiting call) {
   auto& st = self->state;
-  auto id = p.id;
-  auto what = p.job.what;
-  auto budget = p.job.budget.count() > 0 ? p.job.budget : st.opts.call_budget;
+  auto id = call.id;
+  auto what = call.job.what;
+  auto budget = call.job.budget.count() > 0 ? call.job.budget : st.opts.call_budget;
   auto worker = take_worker(self);
-  auto conn = take_connection(self);
-  st.in_flight.emplace(id, host_link_state::running{std::move(p.rp), worker, conn});
+  auto conn = st.pool.take_connection([&] { return new_connection(st); });
+  st.pool.start(id, std::move(call.rp), worker, conn);
   // The job runs with a connection of this generation; if the link dies,
   // the kill makes the job's blocked libvirt call (or its open) return.
-  blocking_work work{what, [conn, fn = std::move(p.job.fn)]() -> caf::expected<std::any> {
+  blocking_work work{what, [conn, fn = std::move(call.job.fn)]() -> caf::expected<std::any> {
                        auto c = conn->get();
                        if (!c)
                          return c.error();
@@ -153,72 +179,20 @@ void run_call(host_link_pointer self, host_link_state::pending p) {
   st.calls.started(worker.address(), worker.id(), st.opts.host, what);
   auto gen = st.generation;
   self->request(worker, budget, atom::run_v, std::move(work))
-    .then(
-      [self, id, worker](call_result& r) {
-        auto& st = self->state;
-        auto i = st.in_flight.find(id);
-        if (i == st.in_flight.end())
-          return; // abandoned: the link died while the call ran (worker retired)
-        return_worker(self, worker);
-        return_connection(st, i->second.conn);
-        i->second.rp.deliver(std::move(r));
-        st.in_flight.erase(i);
-        note_served(st);
-        pump(self);
-      },
-      [self, id, gen, what, budget, worker](caf::error& err) {
-        auto& st = self->state;
-        auto i = st.in_flight.find(id);
-        if (i == st.in_flight.end()) {
-          // Abandoned: the link died first, often from the same cause
-          // arriving by another path (the pump saw libvirt close before this
-          // call reported why). Keep the cause in the status.
-          if (kills_link(err) && gen == st.generation)
-            note_cause(self, render(err));
-          return;
-        }
-        auto rp = std::move(i->second.rp);
-        return_connection(st, i->second.conn);
-        st.in_flight.erase(i);
-        if (err == caf::sec::request_timeout) {
-          // Invariant 3: past its budget the caller gets transient now, and
-          // the link dies, whose kill unblocks the call still running. The
-          // worker is abandoned with its call; the next call gets a new one.
-          auto text = st.opts.host + ": " + what + " ran past its "
-                      + duration_text(budget) + " budget";
-          ++st.overruns;
-          st.calls.abandon(worker.address(), "ran past its " + duration_text(budget) + " budget");
-          retire_worker(self, worker);
-          rp.deliver(make_error(ec::budget_exceeded, text));
-          mark_dead(self, "budget overrun: " + what + " after "
-                            + duration_text(budget));
-          return;
-        }
-        // The job's own error: the worker answered and is free again (unless
-        // it is the worker that is gone).
-        if (err == caf::sec::request_receiver_down)
-          st.calls.finished(worker.address());
-        else
-          return_worker(self, worker);
-        rp.deliver(err);
-        if (kills_link(err) && gen == st.generation) {
-          mark_dead(self, render(err));
-        } else {
-          if (err != caf::sec::request_receiver_down)
-            note_served(st);
-          pump(self);
-        }
-      });
+    .then([self, id, worker](call_result& r) { on_call_answered(self, id, worker, r); },
+          [self, id, gen, what, budget, worker](caf::error& err) {
+            on_call_failed(self, id, gen, what, budget, worker, err);
+          });
 }
 
 // Admits queued calls while the link is up and under its limit.
 void pump(host_link_pointer self) {
   auto& st = self->state;
-  while (st.state == link_state::up && !st.queued.empty()
-         && st.in_flight.size() < st.opts.max_calls) {
-    auto p = std::move(st.queued.front());
-    st.queued.pop_front();
-    run_call(self, std::move(p));
+  while (st.state == link_state::up) {
+    auto call = st.pool.admit();
+    if (!call)
+      break;
+    run_call(self, std::move(*call));
   }
   publish_counts(self);
 }
@@ -249,12 +223,11 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
           dispose(self, std::move(r.value));
           return;
         }
-        st.connections.push_back({std::make_shared<lv::lazy_connection>(
-                                    std::any_cast<std::shared_ptr<lv::connection>>(r.value)),
-                                  0});
+        st.pool.add_connection(std::make_shared<lv::lazy_connection>(
+          std::any_cast<std::shared_ptr<lv::connection>>(r.value)));
         st.state = link_state::up;
-        st.served = false;
-        st.leases = lease_view::not_read;
+        st.backoff.came_up();
+        st.watch.dialed();
         log::info("link", st.opts.host + ": up (" + st.transport->uri() + ")");
         publish(self);
         pump(self);
@@ -264,7 +237,7 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
         auto& st = self->state;
         if (gen != st.generation || st.state != link_state::dialing)
           return;
-        ++st.failures;
+        st.backoff.failed();
         if (err == caf::sec::request_timeout)
           mark_dead(self, "libvirt open timed out after "
                             + duration_text(st.opts.connect_timeout));
@@ -312,10 +285,8 @@ void start_dial(host_link_pointer self) {
   st.state = link_state::dialing;
   st.reason.clear();
   ++st.generation;
-  ++st.dials;
+  st.backoff.dialed();
   auto gen = st.generation;
-  // The link holds the transport before connect() starts, so a kill can
-  // always reach a dial that hangs.
   st.transport = st.opts.make_transport();
   // Phase 1: the path to the host (TCP, SSH, host key, channel, bridge).
   blocking_work work{"connect", [t = st.transport]() -> caf::expected<std::any> {
@@ -339,7 +310,7 @@ void start_dial(host_link_pointer self) {
         auto& st = self->state;
         if (gen != st.generation || st.state != link_state::dialing)
           return;
-        ++st.failures;
+        st.backoff.failed();
         if (err == caf::sec::request_timeout)
           mark_dead(self, "connect timed out after "
                             + duration_text(st.opts.connect_timeout));
@@ -348,15 +319,32 @@ void start_dial(host_link_pointer self) {
       });
 }
 
-caf::timespan backoff(host_link_state& st) {
-  // Exponential with "equal jitter": half fixed, half random, so many links
-  // that died together do not redial in lockstep.
-  auto base = st.opts.redial_min;
-  for (uint32_t i = 1; i < st.failures && base < st.opts.redial_max; ++i)
-    base *= 2;
-  base = std::min(base, st.opts.redial_max);
-  std::uniform_int_distribution<int64_t> dist(0, base.count() / 2);
-  return caf::timespan{base.count() / 2 + dist(st.rng)};
+// A dead link redials by itself after its backoff: settled proxies make no
+// call that would redial it, and a host without proxies would show dead (and
+// keep a collection owed there) until something called it.
+void arm_redial(host_link_pointer self) {
+  auto& st = self->state;
+  if (st.armed.redial || st.state != link_state::dead)
+    return;
+  st.armed.redial = true;
+  self->delayed_send(self, st.backoff.not_due_for(clock::now()), atom::link_v);
+}
+
+void on_redial_tick(host_link_pointer self) {
+  auto& st = self->state;
+  st.armed.redial = false;
+  if (st.state != link_state::dead)
+    return;
+  if (st.backoff.not_due_for(clock::now()).count() > 0) {
+    // A later death moved the backoff on while this timer ran.
+    arm_redial(self);
+    return;
+  }
+  if (redial_if_due(self)) {
+    // Too many abandoned calls: look again after the longest backoff.
+    st.armed.redial = true;
+    self->delayed_send(self, st.backoff.longest(), atom::link_v);
+  }
 }
 
 } // namespace
@@ -366,18 +354,18 @@ link_status host_link_state::snapshot() const {
   s.host = opts.host;
   s.state = state;
   s.reason = reason;
-  s.in_flight = static_cast<uint32_t>(in_flight.size());
-  s.queued = static_cast<uint32_t>(queued.size());
+  s.in_flight = pool.in_flight();
+  s.queued = pool.queued();
   s.limit = opts.max_calls;
-  s.connections = static_cast<uint32_t>(connections.size());
-  s.dials = dials;
-  s.deaths = deaths;
-  s.overruns = overruns;
+  s.connections = pool.connections();
+  s.dials = backoff.dials();
+  s.deaths = backoff.deaths();
+  s.overruns = pool.overruns();
   s.abandoned_calls = static_cast<uint32_t>(calls.abandoned_running());
-  s.events = events;
-  s.bulk_reads = bulk_reads;
-  s.lease_reads = lease_reads;
-  s.leases = leases;
+  s.events = watch.events();
+  s.bulk_reads = watch.bulk_reads();
+  s.lease_reads = watch.lease_reads();
+  s.leases = watch.leases();
   return s;
 }
 
@@ -386,26 +374,20 @@ void mark_dead(host_link_pointer self, std::string reason) {
   if (st.state == link_state::dead)
     return; // exactly once per generation
   // An up link that dies before serving a call counts as a failed dial.
-  if (st.state == link_state::up && !st.served)
-    ++st.failures;
+  st.backoff.died(clock::now(), st.state == link_state::up);
   st.state = link_state::dead;
   st.reason = reason;
-  ++st.deaths;
-  st.next_dial_at = clock::now() + backoff(st);
   log::warn("link", st.opts.host + ": dead: " + reason);
   // 1. Tell everyone, 2. release every caller, 3. only then kill: a kill that
   // takes its time holds up neither the news nor the callers (docs/notes/failures.md#close-behind-a-stuck-write).
   for (auto& sub : st.subscribers)
     self->send(sub, link_down{st.opts.host, reason});
   auto failure = make_error(ec::link_down, st.opts.host + ": " + reason);
-  for (auto& [id, call] : st.in_flight) {
-    call.rp.deliver(failure);
-    retire_worker(self, call.worker);
-  }
-  st.in_flight.clear();
-  for (auto& p : st.queued)
-    p.rp.deliver(failure);
-  st.queued.clear();
+  auto held = st.pool.release_all();
+  for (auto& rp : held.callers)
+    rp.deliver(failure);
+  for (auto& w : held.workers)
+    retire_worker(self, w);
   // Everything this link still runs is abandoned now; the kill below is
   // what frees it, and the ledger shows whether it did.
   st.calls.abandon_all("link dead: " + reason);
@@ -413,8 +395,7 @@ void mark_dead(host_link_pointer self, std::string reason) {
   // second mark-dead returns at once) even if a transport's kill were slow.
   // The connection is released after the kill, also off this thread.
   auto t = std::move(st.transport);
-  auto c = std::move(st.connections);
-  st.connections.clear();
+  auto c = std::move(held.connections);
   publish(self); // dead, with no connection left
   if (t || !c.empty()) {
     auto h = st.calls.spawn(self, st.opts.host,
@@ -433,56 +414,72 @@ void mark_dead(host_link_pointer self, std::string reason) {
 
 std::optional<std::string> redial_if_due(host_link_pointer self) {
   auto& st = self->state;
-  auto now = clock::now();
-  if (now < st.next_dial_at) {
-    auto wait = std::chrono::duration_cast<caf::timespan>(st.next_dial_at - now);
+  if (auto wait = st.backoff.not_due_for(clock::now()); wait.count() > 0)
     return "link is dead (" + st.reason + "); next dial in " + elapsed_text(wait);
-  }
   // Calls its kills did not free: a redial would give the next ones the same
   // fate, so the link stays dead until enough of them end.
-  if (auto n = st.calls.abandoned_running(); n >= st.abandoned_cap())
+  if (auto n = st.calls.abandoned_running(); st.pool.over_abandoned_cap(n))
     return "link is dead (" + st.reason + "); " + std::to_string(n)
-           + " abandoned calls still running (cap " + std::to_string(st.abandoned_cap())
+           + " abandoned calls still running (cap " + std::to_string(st.pool.abandoned_cap())
            + "): no redial until they end";
   start_dial(self);
   return std::nullopt;
 }
 
+namespace {
+
+// A caller's job: queued (a dead link redials first if it may), or refused
+// with why the link will not dial yet.
+caf::result<call_result> on_call(host_link_pointer self, call_job& job) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<call_result>();
+  if (st.state == link_state::dead) {
+    if (auto why = redial_if_due(self)) {
+      rp.deliver(make_error(ec::link_down, st.opts.host + ": " + *why));
+      return rp;
+    }
+  }
+  st.pool.enqueue(std::move(job), rp);
+  pump(self);
+  return rp;
+}
+
+// A monitored actor ended: a call's thread (the ledger), a pool worker, a
+// watching proxy or a subscriber.
+void on_down(host_link_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  auto is_it = [&](const auto& handle) { return handle.address() == msg.source; };
+  st.pool.forget_worker_if(is_it);
+  auto abandoned = st.calls.abandoned_running();
+  if (st.calls.ended(msg)) {
+    // Most calls end by answering: only an abandoned one changes the
+    // status (its count), and a push per call would double the pushes.
+    if (st.calls.abandoned_running() != abandoned)
+      publish(self);
+    return;
+  }
+  st.watch.forget_if(is_it);
+  std::erase_if(st.subscribers, is_it);
+}
+
+} // namespace
+
 host_link_actor::behavior_type make_host_link(host_link_pointer self,
                                               host_link_options opts) {
-  self->state.opts = std::move(opts);
-  self->state.name = "host_link/" + self->state.opts.host;
-  self->state.calls.set_owner("link " + self->state.opts.host);
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  st.name = "host_link/" + st.opts.host;
+  st.calls.set_owner("link " + st.opts.host);
+  st.backoff = dial_backoff{st.opts.redial_min, st.opts.redial_max};
+  st.pool = call_pool{{st.opts.max_calls, st.opts.connections, st.opts.abandoned_cap}};
   // Every worker of the pool quits with the link, however the link ends: an
   // idle worker left behind would hold the actor system's shutdown, which
   // waits for every detached thread.
-  self->attach_functor([workers = self->state.workers] {
-    for (auto& [addr, w] : *workers)
+  self->attach_functor([workers = st.pool.workers()] {
+    for (auto& w : *workers)
       caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
   });
-  self->set_down_handler([self](const caf::down_msg& msg) {
-    auto& st = self->state;
-    if (st.workers->erase(msg.source) > 0)
-      std::erase_if(st.idle_workers,
-                    [&](const call_worker_actor& w) { return w.address() == msg.source; });
-    auto& calls = self->state.calls;
-    auto abandoned = calls.abandoned_running();
-    if (calls.ended(msg)) {
-      // Most calls end by answering: only an abandoned one changes the
-      // status (its count), and a push per call would double the pushes.
-      if (calls.abandoned_running() != abandoned)
-        publish(self);
-      return;
-    }
-    std::erase_if(st.watchers,
-                  [&](auto& kv) { return kv.second.proxy.address() == msg.source; });
-    auto& subs = self->state.subscribers;
-    subs.erase(std::remove_if(subs.begin(), subs.end(),
-                              [&](const link_events_actor& s) {
-                                return s.address() == msg.source;
-                              }),
-               subs.end());
-  });
+  self->set_down_handler([self](const caf::down_msg& msg) { on_down(self, msg); });
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     mark_dead(self, "shutdown (" + caf::to_string(msg.reason) + ")");
     self->quit(msg.reason);
@@ -490,19 +487,7 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
   start_dial(self);
   self->delayed_send(self, self->state.opts.bulk_read_interval, atom::poll_v);
   return {
-    [self](atom::call, call_job& job) -> caf::result<call_result> {
-      auto& st = self->state;
-      auto rp = self->make_response_promise<call_result>();
-      if (st.state == link_state::dead) {
-        if (auto why = redial_if_due(self)) {
-          rp.deliver(make_error(ec::link_down, st.opts.host + ": " + *why));
-          return rp;
-        }
-      }
-      st.queued.push_back({st.next_id++, std::move(job), rp});
-      pump(self);
-      return rp;
-    },
+    [self](atom::call, call_job& job) { return on_call(self, job); },
     [self](atom::status) { return self->state.snapshot(); },
     [self](atom::ls) { return self->state.calls.rows(); },
     [self](atom::subscribe, link_events_actor& sub) {
@@ -527,7 +512,7 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
     [self](atom::poll) { on_safety_net_tick(self); },
     [self](atom::link) { on_redial_tick(self); },
     [self](atom::counts) {
-      self->state.counts_armed = false;
+      self->state.armed.counts = false;
       publish(self);
     },
   };

@@ -4,18 +4,14 @@
 // It owns the host's transport and its pooled libvirt connection, admits
 // calls under a per-host limit, runs them on a pool of at most that many
 // long-lived workers (actors/call_worker), gives each call a budget and, on
-// any death
-// cause, marks itself dead exactly once: record the reason, broadcast
+// any death cause, marks itself dead exactly once: record the reason, broadcast
 // link_down, fail every pending caller with transient, and only then kill the
 // transport (invariant 2). Nothing here is shared with another host's link
 // (invariant 5): a stalled host can only stall its own callers.
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,14 +19,13 @@
 #include <caf/typed_response_promise.hpp>
 
 #include "actors/call_ledger.hpp"
+#include "actors/parts/call_pool.hpp"
+#include "actors/parts/dial_backoff.hpp"
+#include "actors/parts/domain_watch.hpp"
 #include "messages/actors.hpp"
 #include "providers/transport.hpp"
 
 namespace egress {
-
-namespace lv {
-class lazy_connection;
-} // namespace lv
 
 struct host_link_options {
   std::string host;
@@ -69,89 +64,41 @@ struct host_link_options {
                           // the counts within counts_delay (optional)
 };
 
+// The dial machine and the parts it drives: a reader finds what a host link
+// holds here, where a call waits in actors/parts/call_pool.hpp, and what the
+// watch over the host's domains keeps in actors/parts/domain_watch.hpp.
 struct host_link_state {
   using clock = std::chrono::steady_clock;
 
-  struct pending {
-    uint64_t id;
-    call_job job;
-    caf::typed_response_promise<call_result> rp;
-  };
-
-  // One of the link's libvirt connections, with the calls running on it.
-  struct connection_slot {
-    std::shared_ptr<lv::lazy_connection> conn;
-    uint32_t calls = 0;
-  };
-
-  // A call on one of the pool's workers.
-  struct running {
-    caf::typed_response_promise<call_result> rp;
-    call_worker_actor worker;
-    std::shared_ptr<lv::lazy_connection> conn;
+  // Timers of which at most one each is due at a time.
+  struct armed_timers {
+    bool redial = false; // the dead link's own redial
+    bool counts = false; // the push of the call counts
   };
 
   std::string name = "host_link";
   host_link_options opts;
   link_state state = link_state::dialing;
-  std::string reason;
+  std::string reason; // why it is dead (causes that arrived later appended)
+  // This generation's path to the host. The link holds it before connect()
+  // starts, so that a kill can always reach a dial that hangs.
   transport_ptr transport;
-  // This generation's connections: the first (events registered on it) from
-  // the dial, the others added as calls need them, up to opts.connections.
-  // Only workers and the kill ever hold the last reference (a close may
-  // block): the link drops them all at its death, after the kill.
-  std::vector<connection_slot> connections;
-  // Each dial starts a new generation; answers from an older one are stale.
+  // Each dial starts a new generation; answers and events from an older one
+  // are stale.
   uint64_t generation = 0;
-  uint64_t next_id = 0;
-  std::deque<pending> queued;
-  std::map<uint64_t, running> in_flight;
-  // The call pool: idle workers wait here; a busy one is in in_flight; an
-  // abandoned one is in neither and quits once its call returns. `workers`
-  // holds them all until they quit (the link's end sends each an exit).
-  std::vector<call_worker_actor> idle_workers;
-  std::shared_ptr<std::map<caf::actor_addr, call_worker_actor>> workers
-    = std::make_shared<std::map<caf::actor_addr, call_worker_actor>>();
-  uint64_t workers_started = 0;
-  uint32_t failures = 0; // consecutive failed dials, for the backoff
-  clock::time_point next_dial_at{};
-  uint64_t dials = 0;
-  uint64_t deaths = 0;
-  uint64_t overruns = 0; // calls that ran past their budget
-  std::vector<link_events_actor> subscribers;
-  // A proxy watching its domain: what it said of its MACs and its wait.
-  struct watcher {
-    proxy_actor proxy;
-    std::vector<std::string> macs;
-    bool waiting = false; // for an address: the lease timer runs
-  };
-  // Proxies watching their domains, by domain name.
-  std::map<std::string, watcher> watchers;
-  bool bulk_reading = false; // one bulk read at a time
-  bool bulk_read_again = false; // asked for while one ran: another after it
-  bool redial_armed = false; // one redial timer at a time
-  bool lease_armed = false;  // one lease timer at a time
-  bool counts_armed = false; // one push of the call counts due at a time
-  // Whether this dial's host can list leases: `unsupported` stops asking
-  // until the next dial (a host behind the same name may differ then).
-  lease_view leases = lease_view::not_read;
-  // A call answered since the link came up: the dial backoff starts over
-  // only then, so a link that dies before serving anything (a resync past
-  // its budget, say) backs off further each time instead of redialing at
-  // the shortest backoff forever.
-  bool served = false;
-  uint64_t events = 0;
-  uint64_t bulk_reads = 0;
-  uint64_t lease_reads = 0;
+  dial_backoff backoff;
+  // The queue, the calls in flight, the workers and the connections. Only
+  // workers and the kill ever hold a connection's last reference (a close
+  // may block): the link hands them all to the kill at its death.
+  call_pool pool;
+  domain_watch watch;
   // Every detached call this link started (jobs, dials, its pump, kills):
   // what `caf-shell ls calls` shows.
   call_ledger calls;
-  std::minstd_rand rng{std::random_device{}()};
+  std::vector<link_events_actor> subscribers;
+  armed_timers armed;
 
   link_status snapshot() const;
-  uint32_t abandoned_cap() const {
-    return opts.abandoned_cap > 0 ? opts.abandoned_cap : 2 * opts.max_calls;
-  }
 };
 
 using host_link_pointer = host_link_actor::stateful_pointer<host_link_state>;

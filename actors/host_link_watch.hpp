@@ -6,7 +6,9 @@
 // one domain_brief each; no proxy reads its domain on a timer once it runs.
 // A bulk read lists the host's DHCP leases too (one call per network) for
 // the proxies whose MACs it knows, every lease interval while one of them
-// waits for an address (docs/spec.md 28).
+// waits for an address (docs/spec.md 28). Who gets what is decided by the
+// link's domain_watch (actors/parts/domain_watch.hpp); this is the actor's
+// side: the calls, the timers and the messages.
 
 #include "actors/host_link.hpp"
 #include "providers/libvirt/watch.hpp"
@@ -38,11 +40,5 @@ void on_link_up(host_link_pointer self);
 
 /// The safety net's tick: a bulk read if the link is up, and the next tick.
 void on_safety_net_tick(host_link_pointer self);
-
-/// A dead link redials by itself after its backoff: settled proxies make no
-/// call that would redial it, and a host without proxies would show dead
-/// (and keep a collection owed there) until something called it.
-void arm_redial(host_link_pointer self);
-void on_redial_tick(host_link_pointer self);
 
 } // namespace egress

@@ -141,9 +141,9 @@ struct fixture : test::det_fixture {
                     size_t abandoned) {
     BOOST_REQUIRE(
       run_until([&] { return link_of(link).calls.abandoned_running() == abandoned; }));
-    link_of(link).next_dial_at = {};
+    link_of(link).backoff.due_now();
     auto wedged = request_call(link, wedged_job(std::move(release)));
-    BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+    BOOST_REQUIRE(run_until([&] { return link_of(link).pool.in_flight() == 1; }));
     sched.advance_time(1s);
     BOOST_REQUIRE(run_until([&] { return wedged->done; }));
     BOOST_CHECK(wedged->err == ec::budget_exceeded);
@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(spec_03_budget_overrun_fails_caller_transient_and_kills_lin
   auto link = spawn_link(1s);
   auto finished = std::make_shared<std::atomic<bool>>(false);
   auto out = request_call(link, blocked_job(finished));
-  BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+  BOOST_REQUIRE(run_until([&] { return link_of(link).pool.in_flight() == 1; }));
   // The call is stuck in its detached actor. Advance the virtual clock past
   // the budget: the link's request times out.
   sched.advance_time(1s);
@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(spec_21_an_abandoned_call_stays_listed_until_its_thread_end
   auto link = spawn_link(1s);
   auto release = std::make_shared<std::atomic<bool>>(false);
   auto out = request_call(link, wedged_job(release));
-  BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+  BOOST_REQUIRE(run_until([&] { return link_of(link).pool.in_flight() == 1; }));
   auto calls = [&] { return link_of(link).calls.rows(); };
   auto find = [&](const std::vector<actor_row>& xs, const std::string& what) {
     for (auto& e : xs)
@@ -249,7 +249,7 @@ BOOST_AUTO_TEST_CASE(admission_limit_queues_calls_beyond_max_calls) {
   for (int i = 0; i < 4; ++i)
     outs.push_back(request_call(link, blocked_job(finished), 60s));
   BOOST_REQUIRE(run_until([&] {
-    return link_of(link).in_flight.size() == 2 && link_of(link).queued.size() == 2;
+    return link_of(link).pool.in_flight() == 2 && link_of(link).pool.queued() == 2;
   }));
   // A kill fails the two running and the two queued callers alike.
   auto killer = sys.spawn([=](caf::event_based_actor* self) {
@@ -274,14 +274,14 @@ BOOST_AUTO_TEST_CASE(dead_link_redials_on_next_call_after_backoff) {
   });
   BOOST_REQUIRE(run_until([&] { return link_of(link).state == link_state::dead; }));
   // Pretend the backoff has passed: the next call dials again and succeeds.
-  link_of(link).next_dial_at = {};
+  link_of(link).backoff.due_now();
   auto out = request_call(link, call_job{"after", [](lv::connection& c) -> caf::expected<std::any> {
                                            return std::any{c.alive()};
                                          }});
   BOOST_REQUIRE(run_until([&] { return out->done; }));
   BOOST_CHECK_MESSAGE(!out->err, render(out->err));
   BOOST_CHECK(link_of(link).state == link_state::up);
-  BOOST_CHECK_EQUAL(link_of(link).dials, 2u);
+  BOOST_CHECK_EQUAL(link_of(link).backoff.dials(), 2u);
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 
@@ -296,12 +296,12 @@ BOOST_AUTO_TEST_CASE(spec_18_soak_seed_33_a_dead_link_without_proxies_redials_by
       .then([](link_status&) {}, [](caf::error&) {});
   });
   BOOST_REQUIRE(run_until([&] { return link_of(link).state == link_state::dead; }));
-  BOOST_REQUIRE(link_of(link).watchers.empty());
+  BOOST_REQUIRE(link_of(link).watch.empty());
   // The backoff (real time) is over; its timer (virtual time) fires.
-  link_of(link).next_dial_at = {};
+  link_of(link).backoff.due_now();
   sched.advance_time(link_of(link).opts.redial_max);
   BOOST_CHECK(run_until([&] { return link_of(link).state == link_state::up; }));
-  BOOST_CHECK_EQUAL(link_of(link).dials, 2u);
+  BOOST_CHECK_EQUAL(link_of(link).backoff.dials(), 2u);
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 
@@ -328,7 +328,7 @@ BOOST_AUTO_TEST_CASE(spec_26_calls_run_on_a_pool_of_workers_not_a_thread_each) {
   }
   BOOST_CHECK_LE(threads_created.load() - before, 3);
   BOOST_CHECK_LE(ids->size(), 3u);
-  BOOST_CHECK_LE(link_of(link).workers_started, 3u);
+  BOOST_CHECK_LE(link_of(link).pool.workers_started(), 3u);
   BOOST_CHECK(link_of(link).calls.rows().empty()); // answered calls are not listed
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
@@ -381,13 +381,13 @@ void run_rounds(fixture& f, const host_link_actor& link, connection_log& log, in
 // and kept (ten more rounds open none); the dial's is one of them.
 BOOST_AUTO_TEST_CASE(spec_26_calls_at_once_each_have_a_connection_of_their_own) {
   auto link = spawn_link(30s, 3, 3);
-  BOOST_CHECK_EQUAL(link_of(link).connections.size(), 1u); // the dial's
+  BOOST_CHECK_EQUAL(link_of(link).pool.connections(), 1u); // the dial's
   connection_log log;
   run_rounds(*this, link, log, 1, 3);
   BOOST_CHECK_EQUAL(log.seen.size(), 3u);
   run_rounds(*this, link, log, 10, 3);
   BOOST_CHECK_EQUAL(log.seen.size(), 3u);
-  BOOST_CHECK_EQUAL(link_of(link).connections.size(), 3u);
+  BOOST_CHECK_EQUAL(link_of(link).pool.connections(), 3u);
   BOOST_CHECK_EQUAL(link_of(link).snapshot().connections, 3u);
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
@@ -404,7 +404,7 @@ BOOST_AUTO_TEST_CASE(spec_26_calls_share_one_connection_where_libvirt_allows_it)
   connection_log one;
   run_rounds(*this, serial, one, 5, 1);
   BOOST_CHECK_EQUAL(one.seen.size(), 1u);
-  BOOST_CHECK_EQUAL(link_of(serial).connections.size(), 1u);
+  BOOST_CHECK_EQUAL(link_of(serial).pool.connections(), 1u);
   anon_send_exit(serial, caf::exit_reason::user_shutdown);
 }
 
@@ -428,18 +428,18 @@ BOOST_AUTO_TEST_CASE(spec_26_a_worker_past_its_budget_is_replaced) {
   BOOST_REQUIRE(run_until([&] { return out->done; }));
   auto release = std::make_shared<std::atomic<bool>>(false);
   auto wedged = request_call(link, wedged_job(release));
-  BOOST_REQUIRE(run_until([&] { return link_of(link).in_flight.size() == 1; }));
+  BOOST_REQUIRE(run_until([&] { return link_of(link).pool.in_flight() == 1; }));
   sched.advance_time(1s);
   BOOST_REQUIRE(run_until([&] { return wedged->done; }));
   BOOST_CHECK(wedged->err == ec::budget_exceeded);
   BOOST_CHECK(run_until([&] { return link_of(link).calls.abandoned_running() == 1; }));
-  link_of(link).next_dial_at = {};
+  link_of(link).backoff.due_now();
   auto second = std::make_shared<std::thread::id>();
   auto next = request_call(link, thread_id_job(second));
   BOOST_REQUIRE(run_until([&] { return next->done; }));
   BOOST_CHECK_MESSAGE(!next->err, render(next->err));
   BOOST_CHECK(*second != *first); // the first worker is still stuck
-  BOOST_CHECK_EQUAL(link_of(link).workers_started, 2u); // the stuck one was replaced
+  BOOST_CHECK_EQUAL(link_of(link).pool.workers_started(), 2u); // the stuck one was replaced
   BOOST_CHECK_EQUAL(link_of(link).calls.abandoned_running(), 1u);
   release->store(true);
   BOOST_CHECK(run_until([&] { return link_of(link).calls.abandoned_running() == 0; }));
@@ -457,15 +457,15 @@ BOOST_AUTO_TEST_CASE(spec_26_too_many_abandoned_calls_keep_the_link_dead) {
   // call, a cleanup of the death before (its kill, a connection's close) may
   // not have ended yet. It ends by itself; the wedged calls stay.
   BOOST_REQUIRE(run_until([&] { return link_of(link).calls.abandoned_running() == 2; }));
-  auto dials = link_of(link).dials;
-  link_of(link).next_dial_at = {};
+  auto dials = link_of(link).backoff.dials();
+  link_of(link).backoff.due_now();
   auto refused = request_call(link, thread_id_job(std::make_shared<std::thread::id>()));
   BOOST_REQUIRE(run_until([&] { return refused->done; }));
   BOOST_CHECK(refused->err == ec::link_down);
   BOOST_CHECK_MESSAGE(render(refused->err).find("2 abandoned calls still running (cap 2)")
                         != std::string::npos,
                       render(refused->err));
-  BOOST_CHECK_EQUAL(link_of(link).dials, dials); // no redial
+  BOOST_CHECK_EQUAL(link_of(link).backoff.dials(), dials); // no redial
   release->store(true);
   BOOST_REQUIRE(run_until([&] { return link_of(link).calls.abandoned_running() == 0; }));
   auto served = request_call(link, thread_id_job(std::make_shared<std::thread::id>()));
@@ -483,18 +483,18 @@ BOOST_AUTO_TEST_CASE(spec_18_a_link_dying_before_it_serves_backs_off_further_eac
   auto release = std::make_shared<std::atomic<bool>>(false);
   for (uint32_t i = 1; i <= 3; ++i) {
     overrun_once(link, release, i - 1);
-    BOOST_CHECK_EQUAL(link_of(link).failures, i);
+    BOOST_CHECK_EQUAL(link_of(link).backoff.failures(), i);
   }
   // Three in a row: 4 times the shortest backoff (500 ms), half of it jitter.
-  auto wait = link_of(link).next_dial_at - host_link_state::clock::now();
+  auto wait = link_of(link).backoff.not_due_for(host_link_state::clock::now());
   BOOST_CHECK_MESSAGE(wait > 900ms, std::chrono::duration<double>(wait).count() << " s");
   release->store(true);
   BOOST_REQUIRE(run_until([&] { return link_of(link).calls.abandoned_running() == 0; }));
-  link_of(link).next_dial_at = {};
+  link_of(link).backoff.due_now();
   auto served = request_call(link, thread_id_job(std::make_shared<std::thread::id>()));
   BOOST_REQUIRE(run_until([&] { return served->done; }));
   BOOST_CHECK_MESSAGE(!served->err, render(served->err));
-  BOOST_CHECK_EQUAL(link_of(link).failures, 0u);
+  BOOST_CHECK_EQUAL(link_of(link).backoff.failures(), 0u);
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 
