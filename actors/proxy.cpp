@@ -120,6 +120,7 @@ void publish(proxy_pointer self, push mode = push::if_changed) {
   if ((mode == push::always || worth_pushing(st.status, st.pushed)) && st.opts.sink) {
     self->send(st.opts.sink, st.status);
     st.pushed = st.status;
+    ++st.pushes;
   }
   tell_link(self);
 }
@@ -197,8 +198,12 @@ void transition(proxy_pointer self, proxy_activity from, proxy_activity next, Ch
     erase(self);
     return;
   }
+  auto pushes = st.pushes;
   change();
-  publish(self, mode);
+  // A step that `change` began (a read that finds its domain missing goes
+  // on to create it) pushed the status already: one push per answer.
+  if (st.pushes == pushes)
+    publish(self, mode);
   if (st.activity != proxy_activity::idle)
     return;
   if (st.pending != proxy_pending::none) {

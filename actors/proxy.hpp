@@ -92,6 +92,7 @@ struct proxy_state {
   proxy_options opts;
   proxy_status status;
   proxy_status pushed; // what the sink last received
+  uint64_t pushes = 0;  // how many statuses the sink received
   std::string spec_hash;
   proxy_activity activity = proxy_activity::idle; // changed by transition() only
   proxy_pending pending = proxy_pending::none;

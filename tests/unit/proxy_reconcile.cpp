@@ -22,6 +22,7 @@ using namespace std::chrono_literals;
 namespace {
 
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
+using answer_atom = caf::atom_constant<caf::atom("answer")>;
 
 // Holds every call it gets until the test answers it: (fail, error) fails
 // the oldest (a promise is delivered from inside its actor only; an error
@@ -41,6 +42,13 @@ caf::behavior held_link(caf::stateful_actor<held_link_state>* self) {
       if (calls.empty())
         return;
       calls.front().second.deliver(std::move(err));
+      calls.erase(calls.begin());
+    },
+    [self](answer_atom, domain_reading& r) {
+      auto& calls = self->state.calls;
+      if (calls.empty())
+        return;
+      calls.front().second.deliver(call_result{std::any{std::move(r)}});
       calls.erase(calls.begin());
     },
     [](atom::subscribe, const std::string&, const proxy_actor&) {},
@@ -156,6 +164,29 @@ BOOST_AUTO_TEST_CASE(a_reconcile_while_idle_pushes_its_read_and_only_it) {
   sched.run();
   fail_held_call("read px");
   BOOST_CHECK_EQUAL(pushed().size(), pushes + 1);
+}
+
+// A reconcile's read that finds the domain gone goes straight on to create
+// it: the sink gets one status for it (the create begun), not that one
+// twice (the read's answer pushed again after the create's begin had).
+BOOST_AUTO_TEST_CASE(a_reconcile_read_that_leads_to_a_create_pushes_once) {
+  begin_create();
+  fail_held_call("create px");
+  auto pushes = pushed().size();
+
+  caf::anon_send(proxy, atom::reconcile_v);
+  sched.run();
+  BOOST_REQUIRE_EQUAL(calls().size(), 1u);
+  BOOST_REQUIRE_EQUAL(calls().front().first, "read px");
+  domain_reading gone;
+  gone.name = "px";
+  gone.exists = false;
+  caf::anon_send(link, answer_atom::value, std::move(gone));
+  sched.run();
+  BOOST_REQUIRE_EQUAL(calls().size(), 1u);
+  BOOST_CHECK_EQUAL(calls().front().first, "create px");
+  BOOST_CHECK_EQUAL(pushed().size(), pushes + 1);
+  BOOST_CHECK_EQUAL(pushed().back().polls, 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
