@@ -12,7 +12,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The wait lies in [base/2, base].
+// The wait lies in [base / 2, base].
 void check_within(dial_backoff& b, caf::timespan base) {
   for (int i = 0; i < 50; ++i) {
     auto w = b.wait();

@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(spec_16_gc_removes_only_marked_undeclared_domains) {
 // A proxy removed while its host's link is dead loses its VM as soon as the
 // link is up again. The reload's own pass fails on the dead link; before,
 // nothing ran again until the periodic pass, ten minutes later: the chaos
-// soak's orphan check (tests/soak/checker.hpp, 90 s) would have flagged
+// soak's orphan check (soak/checker.hpp, 90 s) would have flagged
 // every reload that removed a proxy on a held host (found in its review).
 BOOST_AUTO_TEST_CASE(a_proxy_removed_while_its_host_is_down_loses_its_vm_when_the_link_is_up) {
   auto w = test::witness();

@@ -1,4 +1,4 @@
-// The soak's checker (tests/soak/checker.hpp) on made-up observations: it
+// The soak's checker (soak/checker.hpp) on made-up observations: it
 // must see each broken promise, and only those a fault does not excuse (a
 // checker that never fires would make every soak pass).
 #define BOOST_TEST_MODULE soak_checker

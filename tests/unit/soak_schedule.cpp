@@ -1,4 +1,4 @@
-// The soak's fault schedule (tests/soak/schedule.hpp): a seed replays the
+// The soak's fault schedule (soak/schedule.hpp): a seed replays the
 // same faults, and the schedule keeps the promises the checker relies on.
 #define BOOST_TEST_MODULE soak_schedule
 #include <boost/test/unit_test.hpp>

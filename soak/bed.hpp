@@ -1,5 +1,5 @@
 #pragma once
-// The soak's hosts (tests/soak/main.cpp), on one of two beds:
+// The soak's hosts (soak/main.cpp), on one of two beds:
 //
 //  - test-driver: per host a network namespace, a private libvirtd serving
 //    its test driver and, in front of it, an sshd inside the namespace (the
@@ -116,7 +116,7 @@ private:
   testbed::sshd* ssh_ = nullptr;
   host_fault fault_ = host_fault::none;
   // The nemesis and the checker take turns on the soak's one thread
-  // (tests/soak/main.cpp), so nothing here is locked.
+  // (soak/run.cpp), so nothing here is locked.
   std::shared_ptr<lv::connection> admin_;
 };
 

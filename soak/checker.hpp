@@ -1,5 +1,5 @@
 #pragma once
-// The soak's checker (tests/soak/main.cpp): fed every status answer and every
+// The soak's checker (soak/run.cpp): fed every status answer and every
 // host's domain list as the run goes, it records each broken promise with the
 // time it was seen. What a fault excuses is said by the nemesis: a host's
 // proxies may leave the rotation while their host is held and for a grace

@@ -1,5 +1,5 @@
 #pragma once
-// The soak's fault schedule (tests/soak/main.cpp): every fault, its start,
+// The soak's fault schedule (soak/main.cpp): every fault, its start,
 // its host and how long it holds, drawn from the seed before the run starts,
 // so a seed that found a violation replays the same faults in the same order
 // at the same offsets. Pure: no clock, no daemon.

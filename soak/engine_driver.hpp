@@ -1,5 +1,5 @@
 #pragma once
-// How the soak (tests/soak/main.cpp) runs the engine: in its own process
+// How the soak (soak/main.cpp) runs the engine: in its own process
 // through the embedding API (runtime/engine.hpp), or as a caf-run process
 // that it reloads with SIGHUP, stops with SIGTERM or SIGKILL, and reads
 // through caf-shell --json, as an operator's tooling would.

@@ -1,5 +1,5 @@
-# The soak's timeline (tests/soak/main.cpp writes the CSV and runs this):
-#   gnuplot -e "csv='DIR/timeline.csv'; out='DIR/timeline.svg'" tests/soak/soak.gp
+# The soak's timeline (soak/run.cpp writes the CSV and runs this):
+#   gnuplot -e "csv='DIR/timeline.csv'; out='DIR/timeline.svg'" soak/soak.gp
 set datafile separator ','
 set terminal svg size 1100,500 dynamic background rgb 'white'
 set output out
