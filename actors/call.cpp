@@ -17,7 +17,7 @@ caf::expected<std::any> run_blocking(const blocking_work& work) {
 
 call_actor::behavior_type make_call(call_actor::stateful_pointer<call_state> self,
                                     std::string host, blocking_work work) {
-  self->state.name = "call/" + host + "/" + work.what;
+  self->state.name = actor_name(actor_kind::call, host + "/" + work.what);
   self->state.what = work.what;
   self->state.started_at = std::chrono::steady_clock::now();
   return {

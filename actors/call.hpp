@@ -22,7 +22,7 @@ namespace egress {
 caf::expected<std::any> run_blocking(const blocking_work& work);
 
 struct call_state {
-  std::string name = "call";
+  std::string name = to_string(actor_kind::call);
   std::string what;
   std::chrono::steady_clock::time_point started_at;
 };

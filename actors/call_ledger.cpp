@@ -86,7 +86,7 @@ std::vector<actor_row> call_ledger::rows() const {
     if (r.ended && now - r.ended_at > keep_ended)
       continue; // pruned on the next end
     actor_row e;
-    e.kind = "call";
+    e.kind = actor_kind::call;
     e.name = r.host + "#" + std::to_string(r.id);
     e.started_at = r.started_at;
     if (!r.abandoned)

@@ -8,7 +8,7 @@ namespace egress {
 
 call_worker_actor::behavior_type
 make_call_worker(call_worker_actor::stateful_pointer<call_worker_state> self, std::string host) {
-  self->state.name = "call_worker/" + host;
+  self->state.name = actor_name(actor_kind::worker, host);
   return {
     [self](atom::run, blocking_work& work) -> caf::result<call_result> {
       ++self->state.jobs;

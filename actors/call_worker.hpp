@@ -21,7 +21,7 @@
 namespace egress {
 
 struct call_worker_state {
-  std::string name = "call_worker";
+  std::string name = to_string(actor_kind::worker);
   uint64_t jobs = 0; // calls run so far
 };
 

@@ -150,32 +150,20 @@ void record(fleet_pointer self, Status now) {
   tell(self, self->state.view.record(std::move(now), watched(self)));
 }
 
-// The link's calls and connections follow plan_calls (actors/transport_choice):
-// where libvirt's remote client must not be entered by two threads at once,
-// each call it runs at once has a connection of its own.
+// The link's options come from the config (link_options_of in
+// actors/transport_choice): where libvirt's remote client must not be
+// entered by two threads at once, each call it runs at once has a connection
+// of its own.
 void spawn_link(fleet_pointer self, const host_config& h) {
   auto& st = self->state;
-  host_link_options o;
-  o.host = h.name;
-  auto plan = plan_calls(h);
-  o.max_calls = plan.calls;
-  o.connections = plan.connections;
-  o.call_budget = h.call_budget;
-  o.connect_timeout = h.connect_timeout;
-  o.redial_min = st.cfg.redial_min;
-  o.redial_max = st.cfg.redial_max;
-  o.bulk_read_interval = st.cfg.bulk_read_interval;
-  o.lease_interval = st.cfg.poll_interval;
-  o.keepalive_interval_s = static_cast<int>(
-    std::chrono::duration_cast<std::chrono::seconds>(h.keepalive_interval).count());
-  o.keepalive_count = h.keepalive_count;
+  auto o = link_options_of(h, st.cfg);
   o.make_transport = st.hooks.make_transport(h);
   o.sink = status_sink_actor{self};
   auto link = self->spawn(make_host_link, std::move(o));
   self->send(link, atom::subscribe_v, link_events_actor{self});
   self->monitor(link);
   st.links[h.name] = link;
-  st.view.spawned("link/" + h.name);
+  st.view.spawned(actor_name(actor_kind::link, h.name));
   std::lock_guard<std::mutex> guard{st.book->mtx};
   st.book->hosts[h.name] = h;
 }
@@ -216,7 +204,7 @@ image_actor image_for(fleet_pointer self, const std::string& image, const std::s
   auto img = spawn_image(self->system(), std::move(o));
   self->monitor(img);
   st.images.emplace(key, img);
-  st.view.spawned("image/" + key);
+  st.view.spawned(actor_name(actor_kind::image, key));
   return img;
 }
 
@@ -274,7 +262,7 @@ void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
   auto proxy = self->spawn(make_proxy, std::move(o));
   self->monitor(proxy);
   st.proxies[p.name] = proxy;
-  st.view.spawned("proxy/" + p.name);
+  st.view.spawned(actor_name(actor_kind::proxy, p.name));
   st.view.declare_proxy(p);
 }
 
@@ -328,7 +316,7 @@ void drain_then(fleet_pointer self, const std::vector<std::string>& names,
       auto i = st.retiring.find(n);
       if (i == st.retiring.end() || i->second != id)
         continue; // retired meanwhile, or drained again by a later change
-      log::info("gateway", n + ": " + how);
+      log::info(to_string(actor_kind::gateway), n + ": " + how);
       then(n);
     }
   };
@@ -365,7 +353,7 @@ void spawn_health(fleet_pointer self) {
     return probes_make_sense(h) ? make(h) : probe::prober_ptr{};
   };
   st.health = self->spawn(make_health, std::move(o));
-  st.view.spawned("health/health");
+  st.view.spawned(actor_name(actor_kind::health, "health"));
   self->monitor(st.health);
   for (auto& s : st.subscribers)
     self->send(st.health, atom::subscribe_v, s);
@@ -389,7 +377,7 @@ void spawn_gateway(fleet_pointer self) {
   o.cfg = st.cfg.gateway;
   o.sink = status_sink_actor{self};
   st.gateway = self->spawn(make_gateway, std::move(o));
-  st.view.spawned("gateway/" + st.cfg.gateway.socket);
+  st.view.spawned(actor_name(actor_kind::gateway, st.cfg.gateway.socket));
   add_follower(self, caf::actor_cast<rotation_follower_actor>(st.gateway));
 }
 
@@ -617,7 +605,7 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
     }
   });
   st.view.reload_applied(d.summary());
-  log::info("fleet", "reload " + st.view.last_reload());
+  log::info(to_string(actor_kind::fleet), "reload " + st.view.last_reload());
   if (st.cfg.gc)
     run_gc(self);
   return d.summary();
@@ -666,7 +654,7 @@ caf::result<proxy_status> reconcile_proxy(fleet_pointer self, const std::string&
 void shut_down(fleet_pointer self) {
   auto& st = self->state;
   st.stopping = true;
-  log::info("fleet", "shutting down: killing " + std::to_string(st.links.size())
+  log::info(to_string(actor_kind::fleet), "shutting down: killing " + std::to_string(st.links.size())
                        + " link(s) first");
   for (auto& [_, l] : st.links)
     self->send(l, atom::kill_v, std::string{"engine shutdown"});
@@ -688,7 +676,7 @@ void shut_down(fleet_pointer self) {
 void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.name = "fleet/" + st.cfg.entry;
+  st.name = actor_name(actor_kind::fleet, st.cfg.entry);
   st.hooks = std::move(hooks);
   if (!st.hooks.make_transport)
     st.hooks.make_transport = transport_for;
@@ -702,7 +690,7 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
     spawn_gateway(self);
   for (auto& p : st.cfg.proxies)
     spawn_proxy(self, p);
-  log::info("fleet", st.cfg.entry + ": " + std::to_string(st.links.size())
+  log::info(to_string(actor_kind::fleet), st.cfg.entry + ": " + std::to_string(st.links.size())
                        + " host(s), " + std::to_string(st.proxies.size())
                        + " proxy(ies)");
   if (st.cfg.gc)
@@ -721,7 +709,7 @@ void on_down(fleet_pointer self, const caf::down_msg& msg) {
     return;
   if (self->state.stopping || !msg.reason || msg.reason == caf::exit_reason::user_shutdown)
     return;
-  log::error("fleet", "a child actor ended unexpectedly: " + caf::to_string(msg.reason));
+  log::error(to_string(actor_kind::fleet), "a child actor ended unexpectedly: " + caf::to_string(msg.reason));
 }
 
 // A reload's answer: what changed, or why nothing did (an invalid config,
@@ -733,7 +721,7 @@ caf::result<std::string> reload_fleet(fleet_pointer self, engine_config next) {
   auto r = apply(self, std::move(next));
   if (!r) {
     st.view.reload_rejected(render(r.error()));
-    log::error("fleet", "reload " + st.view.last_reload());
+    log::error(to_string(actor_kind::fleet), "reload " + st.view.last_reload());
     return r.error();
   }
   return *r;
@@ -831,7 +819,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     },
     [self](atom::metrics) { return self->state.view.metrics(); },
     [self](link_down& ev) {
-      log::warn("fleet", "link_down " + ev.host + ": " + ev.reason);
+      log::warn(to_string(actor_kind::fleet), "link_down " + ev.host + ": " + ev.reason);
     },
     [self](link_status& s) {
       // A retired link's last words are not news.

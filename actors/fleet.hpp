@@ -43,7 +43,7 @@ struct host_book {
 };
 
 struct fleet_state {
-  std::string name = "fleet";
+  std::string name = to_string(actor_kind::fleet);
   engine_config cfg;
   fleet_hooks hooks;
   std::map<std::string, host_link_actor> links;

@@ -16,13 +16,14 @@ std::string kv(const std::string& key, uint64_t value) {
   return kv(key, std::to_string(value));
 }
 
-directory_row entry(const fleet_state& st, std::string kind, std::string name,
-                      caf::actor handle) {
+template <class Handle>
+directory_row entry(const fleet_state& st, actor_kind kind, std::string name,
+                    const Handle& handle) {
   directory_row e;
-  e.row.kind = std::move(kind);
+  e.row.kind = kind;
   e.row.name = std::move(name);
-  e.row.started_at = st.view.spawned_at(e.row.kind + "/" + e.row.name);
-  e.handle = std::move(handle);
+  e.row.started_at = st.view.spawned_at(actor_name(kind, e.row.name));
+  e.handle = caf::actor_cast<caf::actor>(handle);
   return e;
 }
 
@@ -31,7 +32,8 @@ directory_row entry(const fleet_state& st, std::string kind, std::string name,
 std::vector<directory_row> directory_of(const fleet_state& st) {
   std::vector<directory_row> out;
   for (auto& [host, h] : st.links) {
-    auto e = entry(st, "link", host, caf::actor_cast<caf::actor>(h));
+    auto e = entry(st, actor_kind::link, host, h);
+    e.calls = h;
     if (auto v = st.view.links().find(host); v != st.view.links().end()) {
       auto& s = v->second;
       e.row.state = to_string(s.state);
@@ -49,7 +51,8 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     out.push_back(std::move(e));
   }
   for (auto& [key, h] : st.images) {
-    auto e = entry(st, "image", key, caf::actor_cast<caf::actor>(h));
+    auto e = entry(st, actor_kind::image, key, h);
+    e.calls = h;
     if (auto v = st.view.images().find(key); v != st.view.images().end()) {
       auto& s = v->second;
       e.row.state = to_string(s.state);
@@ -63,7 +66,7 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     out.push_back(std::move(e));
   }
   for (auto& [name, h] : st.proxies) {
-    auto e = entry(st, "proxy", name, caf::actor_cast<caf::actor>(h));
+    auto e = entry(st, actor_kind::proxy, name, h);
     if (auto v = st.view.proxies().find(name); v != st.view.proxies().end()) {
       auto& s = v->second;
       e.row.state = to_string(s.phase);
@@ -88,7 +91,8 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
   }
   if (st.gateway) {
     auto& g = st.view.gateway();
-    auto e = entry(st, "gateway", st.cfg.gateway.socket, caf::actor_cast<caf::actor>(st.gateway));
+    auto e = entry(st, actor_kind::gateway, st.cfg.gateway.socket, st.gateway);
+    e.calls = st.gateway;
     e.row.state = to_string(g.state);
     if (!g.reason.empty())
       e.row.state += " (" + g.reason + ")";
@@ -114,7 +118,8 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     out.push_back(std::move(e));
   }
   if (st.health) {
-    auto e = entry(st, "health", "health", caf::actor_cast<caf::actor>(st.health));
+    auto e = entry(st, actor_kind::health, "health", st.health);
+    e.calls = st.health;
     size_t in = 0;
     for (auto& [_, s] : st.view.health())
       in += s.in_rotation ? 1 : 0;

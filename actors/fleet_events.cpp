@@ -30,7 +30,7 @@ std::vector<engine_event> events_between(const link_status* before, const link_s
   std::string what = to_string(now.state);
   if (!now.reason.empty())
     what += ": " + now.reason;
-  return {event("link", now.host, what)};
+  return {event(to_string(actor_kind::link), now.host, what)};
 }
 
 std::vector<engine_event> events_between(const image_status* before, const image_status& now) {
@@ -47,7 +47,7 @@ std::vector<engine_event> events_between(const image_status* before, const image
       what += ", " + mib(now.rate_bps) + "/s";
     if (now.eta_s > 0)
       what += ", ETA " + std::to_string(now.eta_s) + " s";
-    return {event("image", name, what)};
+    return {event(to_string(actor_kind::image), name, what)};
   }
   if (before && before->state == now.state && before->last_error == now.last_error)
     return {};
@@ -56,7 +56,7 @@ std::vector<engine_event> events_between(const image_status* before, const image
     what += " as " + now.volume;
   if (now.state == image_state::failed && !now.last_error.empty())
     what += ": " + now.last_error;
-  return {event("image", name, what)};
+  return {event(to_string(actor_kind::image), name, what)};
 }
 
 std::vector<engine_event> events_between(const proxy_status* before, const proxy_status& now) {
@@ -69,7 +69,7 @@ std::vector<engine_event> events_between(const proxy_status* before, const proxy
     what += " at " + now.address;
   if (!now.last_error.empty())
     what += " (" + now.last_error + ")";
-  return {event("proxy", now.name, what)};
+  return {event(to_string(actor_kind::proxy), now.name, what)};
 }
 
 engine_event rotation_event_of(const rotation_book::change& c, const std::string& why) {
@@ -104,7 +104,7 @@ std::vector<engine_event> events_between(const gateway_status* before, const gat
   }
   if (!now.reason.empty())
     what += ": " + now.reason;
-  return {event("gateway", now.socket, what)};
+  return {event(to_string(actor_kind::gateway), now.socket, what)};
 }
 
 } // namespace egress

@@ -144,7 +144,7 @@ void on_failure(gateway_pointer self, const caf::error& err) {
   count_failure(s, err);
   auto reason = render(err);
   if (s.state != haproxy_state::unreachable)
-    log::warn("gateway", "HAProxy unreachable: " + reason + " (retrying with backoff; the "
+    log::warn(to_string(actor_kind::gateway), "HAProxy unreachable: " + reason + " (retrying with backoff; the "
                                                            "rotation goes on without it)");
   s.state = haproxy_state::unreachable;
   s.reason = reason;
@@ -183,7 +183,7 @@ void on_report(gateway_pointer self, haproxy::sync_report& r, clock::duration to
   if (was_at.pid != 0
       && (r.process.pid != was_at.pid || r.process.uptime_s < was_at.uptime_s)) {
     ++s.resyncs;
-    log::warn("gateway", "HAProxy restarted (pid " + std::to_string(was_at.pid) + ", now "
+    log::warn(to_string(actor_kind::gateway), "HAProxy restarted (pid " + std::to_string(was_at.pid) + ", now "
                            + std::to_string(r.process.pid) + "): " + std::to_string(missing)
                            + " server(s) of the rotation added again");
   }
@@ -202,7 +202,7 @@ void on_report(gateway_pointer self, haproxy::sync_report& r, clock::duration to
     s.state = haproxy_state::in_sync;
     s.reason.clear();
     if (was != haproxy_state::in_sync)
-      log::info("gateway", "HAProxy at " + s.socket + " in sync with the rotation (generation "
+      log::info(to_string(actor_kind::gateway), "HAProxy at " + s.socket + " in sync with the rotation (generation "
                              + std::to_string(s.generation) + ")");
   } else {
     s.state = haproxy_state::out_of_sync;
@@ -211,7 +211,7 @@ void on_report(gateway_pointer self, haproxy::sync_report& r, clock::duration to
                     ? " (and " + std::to_string(r.refusals.size() - 1) + " more)"
                     : std::string{});
     if (was != haproxy_state::out_of_sync)
-      log::warn("gateway", "HAProxy refused: " + s.reason);
+      log::warn(to_string(actor_kind::gateway), "HAProxy refused: " + s.reason);
   }
   answer_drains(self, true);
   publish(self);
@@ -316,7 +316,8 @@ gateway_actor::behavior_type make_gateway(gateway_pointer self, gateway_options 
   st.status.state = haproxy_state::connecting;
   for (auto& b : st.opts.cfg.backends)
     st.status.backends.push_back({b.name, b.tag, 0, 0, 0});
-  st.calls.set_owner("gateway");
+  st.name = actor_name(actor_kind::gateway, st.opts.cfg.socket);
+  st.calls.set_owner(st.name);
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& st = self->state;
     st.calls.ended(msg);

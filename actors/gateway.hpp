@@ -67,7 +67,7 @@ struct gateway_drain {
 };
 
 struct gateway_state {
-  std::string name = "gateway";
+  std::string name = to_string(actor_kind::gateway);
   gateway_options opts;
   gateway_activity activity = gateway_activity::idle;
   bool changed_meanwhile = false; // a change arrived while a sync ran: sync again after it

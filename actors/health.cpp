@@ -44,7 +44,7 @@ void announce(health_pointer self, const health_target& t, bool joined,
     --st.rotation_size;
   rotation_event ev{t.view.name, t.view.host, t.view.address, joined, reason,
                     st.rotation_size};
-  log::info("health", t.view.name + (joined ? " joined" : " left") + " the rotation ("
+  log::info(to_string(actor_kind::health), t.view.name + (joined ? " joined" : " left") + " the rotation ("
                         + reason + "); rotation size " + std::to_string(st.rotation_size));
   for (auto& s : st.subscribers)
     self->send(s, ev);
@@ -280,7 +280,7 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
   self->state.opts = std::move(opts);
   if (self->state.opts.probe.mode != "off")
     self->send(self, atom::poll_v);
-  self->state.calls.set_owner("health");
+  self->state.calls.set_owner(actor_name(actor_kind::health, "health"));
   self->set_down_handler([self](const caf::down_msg& msg) {
     if (self->state.calls.ended(msg))
       return;

@@ -74,7 +74,7 @@ struct batch_control {
 };
 
 struct health_state {
-  std::string name = "health";
+  std::string name = to_string(actor_kind::health);
   health_options opts;
   std::map<std::string, health_target> targets; // by proxy name
   std::map<std::string, health_host> hosts;

@@ -210,7 +210,7 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
                        if (!c)
                          return c.error();
                        if (auto err = lv::watch_domains(**c, sink))
-                         log::warn("link", host + ": no domain events, only the bulk reads: "
+                         log::warn(to_string(actor_kind::link), host + ": no domain events, only the bulk reads: "
                                              + render(err));
                        return std::any{std::move(*c)};
                      }};
@@ -228,7 +228,7 @@ void open_libvirt(host_link_pointer self, uint64_t gen) {
         st.state = link_state::up;
         st.backoff.came_up();
         st.watch.dialed();
-        log::info("link", st.opts.host + ": up (" + st.transport->uri() + ")");
+        log::info(to_string(actor_kind::link), st.opts.host + ": up (" + st.transport->uri() + ")");
         publish(self);
         pump(self);
         on_link_up(self);
@@ -377,7 +377,7 @@ void mark_dead(host_link_pointer self, std::string reason) {
   st.backoff.died(clock::now(), st.state == link_state::up);
   st.state = link_state::dead;
   st.reason = reason;
-  log::warn("link", st.opts.host + ": dead: " + reason);
+  log::warn(to_string(actor_kind::link), st.opts.host + ": dead: " + reason);
   // 1. Tell everyone, 2. release every caller, 3. only then kill: a kill that
   // takes its time holds up neither the news nor the callers (docs/notes/failures.md#close-behind-a-stuck-write).
   for (auto& sub : st.subscribers)
@@ -468,8 +468,8 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
                                               host_link_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
-  st.name = "host_link/" + st.opts.host;
-  st.calls.set_owner("link " + st.opts.host);
+  st.name = actor_name(actor_kind::link, st.opts.host);
+  st.calls.set_owner(st.name);
   st.backoff = dial_backoff{st.opts.redial_min, st.opts.redial_max};
   st.pool = call_pool{{st.opts.max_calls, st.opts.connections, st.opts.abandoned_cap}};
   // Every worker of the pool quits with the link, however the link ends: an

@@ -27,37 +27,40 @@
 
 namespace egress {
 
+// Made from the host's config by link_options_of (actors/transport_choice),
+// with no defaults of its own but for what no config key sets.
 struct host_link_options {
   std::string host;
-  uint32_t max_calls = 5;
+  uint32_t max_calls = 0;
   // libvirt connections the link keeps through its transport (1..max_calls):
   // max_calls where libvirt's client must not run two calls at once on one
   // connection (actors/transport_choice), so that each call has its own; 1
   // where it may. The first is opened by the dial, the others by the first
-  // call that needs each. The transport must take as many (its lanes).
-  uint32_t connections = 1;
-  caf::timespan call_budget = std::chrono::seconds(30);
-  caf::timespan connect_timeout = std::chrono::seconds(10);
-  caf::timespan redial_min = std::chrono::milliseconds(500);
-  caf::timespan redial_max = std::chrono::seconds(30);
+  // call that needs each. The transport must carry as many.
+  uint32_t connections = 0;
+  caf::timespan call_budget{0};
+  caf::timespan connect_timeout{0};
+  caf::timespan redial_min{0};
+  caf::timespan redial_max{0};
   // libvirt keepalive: ping every interval, dead after count misses. With the
-  // defaults (1 s, 3) a silent peer releases its callers in about 4 s.
-  int keepalive_interval_s = 1;
-  unsigned keepalive_count = 3;
+  // config's defaults (1 s, 3) a silent peer releases its callers in about 4 s.
+  int keepalive_interval_s = 0;
+  unsigned keepalive_count = 0;
   // Abandoned calls still running (workers a kill did not free) past which
   // the link stays dead instead of redialing: each redial could abandon more.
   // 0: twice max_calls.
   uint32_t abandoned_cap = 0;
   // The safety net under libvirt's events: a bulk read of every domain's
   // state this often while proxies watch their domains (actors/host_link_watch).
-  caf::timespan bulk_read_interval = std::chrono::seconds(30);
+  caf::timespan bulk_read_interval{0};
   // While a watching proxy waits for an address (none yet, or inside its IP
   // grace), the bulk read with the host's leases runs this often instead
   // (the engine's poll interval): what each proxy's own poll did before.
-  caf::timespan lease_interval = std::chrono::seconds(2);
+  caf::timespan lease_interval{0};
   // The call counts (in flight, queued, connections) change twice per call;
   // the sink gets them at most this long after they changed, in one push.
-  // A change of state (dialing, up, dead) is pushed at once.
+  // A change of state (dialing, up, dead) is pushed at once. Not a config
+  // key: the figure is docs/spec.md 26's.
   caf::timespan counts_delay = std::chrono::milliseconds(100);
   transport_factory make_transport;
   status_sink_actor sink; // receives link_status: a change of state at once,
@@ -76,7 +79,7 @@ struct host_link_state {
     bool counts = false; // the push of the call counts
   };
 
-  std::string name = "host_link";
+  std::string name = to_string(actor_kind::link);
   host_link_options opts;
   link_state state = link_state::dialing;
   std::string reason; // why it is dead (causes that arrived later appended)

@@ -35,7 +35,7 @@ call_job bulk_read_job(const std::string& host, bool with_leases) {
               read.leases = lease_view::unsupported;
             } else {
               read.leases = lease_view::failed;
-              log::warn("link", host + ": " + render(leases.error()));
+              log::warn(to_string(actor_kind::link), host + ": " + render(leases.error()));
             }
             return std::any{std::move(read)};
           }};
@@ -68,7 +68,7 @@ void start_bulk_read(host_link_pointer self) {
     .then([self](call_result& r) { on_bulk_read(self, r); },
           [self](caf::error& err) {
             self->state.watch.failed_read();
-            log::warn("link", self->state.opts.host + ": bulk read failed: " + render(err));
+            log::warn(to_string(actor_kind::link), self->state.opts.host + ": bulk read failed: " + render(err));
           });
 }
 

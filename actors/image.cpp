@@ -76,7 +76,7 @@ void publish_progress(image_pointer self) {
   // Logs at a sane interval: every 10 s of a transfer, not every tick.
   if (st.progress->transferring && now - st.logged_at >= std::chrono::seconds(10)) {
     st.logged_at = now;
-    log::info("image", st.name + ": " + std::to_string(bytes >> 20) + " of "
+    log::info(to_string(actor_kind::image), st.name + ": " + std::to_string(bytes >> 20) + " of "
                          + std::to_string(st.status.total >> 20) + " MiB, "
                          + std::to_string(st.status.rate_bps >> 20) + " MiB/s, ETA "
                          + std::to_string(st.status.eta_s) + " s");
@@ -102,7 +102,7 @@ void record_failure(image_pointer self, const caf::error& err) {
   // years, and the mirror or the pool gets fixed. It waits retry_max.
   st.retry_at = clock::now()
                 + (kind_of(err) == error_kind::transient ? retry_delay(st) : st.opts.retry_max);
-  log::warn("image", st.name + ": " + st.status.last_error);
+  log::warn(to_string(actor_kind::image), st.name + ": " + st.status.last_error);
 }
 
 void abandon(image_pointer self, ec code, const std::string& why) {
@@ -144,7 +144,7 @@ void finished(image_pointer self, caf::expected<images::fill_result> r) {
     st.failures_in_a_row = 0;
     if (r->transferred)
       ++st.status.transfers;
-    log::info("image", st.name + ": ready as " + r->volume
+    log::info(to_string(actor_kind::image), st.name + ": ready as " + r->volume
                          + (r->transferred ? " (transferred" : " (found verified")
                          + (r->resumed_from > 0
                               ? ", resumed at " + std::to_string(r->resumed_from)
@@ -223,7 +223,7 @@ void start_fill(image_pointer self) {
 image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_state> self,
                                       image_options opts) {
   auto& st = self->state;
-  st.name = "image " + opts.image.name + "@" + opts.host.name;
+  st.name = actor_name(actor_kind::image, opts.image.name + "@" + opts.host.name);
   st.status.image = opts.image.name;
   st.status.host = opts.host.name;
   st.opts = std::move(opts);
@@ -278,7 +278,7 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
       auto& st = self->state;
       if (st.status.state != image_state::ready || st.ready.volume != volume)
         return; // already being checked or fetched again
-      log::warn("image", st.name + ": " + volume
+      log::warn(to_string(actor_kind::image), st.name + ": " + volume
                            + " is gone from the pool; checked and fetched again on the next"
                              " ensure");
       st.status.state = image_state::absent;

@@ -48,7 +48,7 @@ struct image_options {
 };
 
 struct image_actor_state {
-  std::string name = "image";
+  std::string name = to_string(actor_kind::image);
   image_options opts;
   image_status status;
   std::vector<caf::typed_response_promise<image_ready>> waiters;

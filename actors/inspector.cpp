@@ -65,8 +65,8 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
   }
   pg->owner_done.resize(job->owners.size(), false);
   for (size_t i = 0; i < job->owners.size(); ++i) {
-    pg->owner_at.emplace(job->owners[i].handle.id(), i);
-    self->send(job->owners[i].handle, atom::ls_v);
+    pg->owner_at.emplace(job->owners[i].calls.id(), i);
+    self->send(job->owners[i].calls, atom::ls_v);
   }
   pg->open = job->handles.size() + job->owners.size();
   auto finish = [self, job, pg, timeout] {
@@ -76,8 +76,8 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
     for (size_t i = 0; i < job->owners.size(); ++i)
       if (!pg->owner_done[i]) {
         actor_row e;
-        e.kind = "call";
-        e.name = job->owners[i].row.kind + " " + job->owners[i].row.name;
+        e.kind = actor_kind::call;
+        e.name = actor_name(job->owners[i].row.kind, job->owners[i].row.name);
         e.state = "unknown: its owner did not list them";
         e.liveness = no_reply(timeout);
         pg->calls.push_back(std::move(e));
@@ -144,21 +144,22 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
   self->state.reread_config = std::move(reread_config);
   return {
     [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_row>> {
+      // Empty: every kind; a word that names no kind lists nothing.
+      auto only = actor_kind_from(kind);
+      if (!kind.empty() && !only)
+        return std::vector<actor_row>{};
       auto rp = self->make_response_promise<std::vector<actor_row>>();
       // Well inside the shell's own 5 s: a slow fleet is reported as such.
       self->request(self->state.fleet, std::chrono::seconds(2), atom::ls_v)
         .then(
-          [self, rp, kind](std::vector<directory_row>& dir) mutable {
+          [self, rp, only](std::vector<directory_row>& dir) mutable {
             auto job = std::make_shared<ls_job>();
             job->promise = rp;
             for (auto& d : dir) {
-              // The detached calls are the links', images' and health
-              // actor's to report.
-              if ((kind.empty() || kind == "call")
-                  && (d.row.kind == "link" || d.row.kind == "image"
-                      || d.row.kind == "health" || d.row.kind == "gateway"))
+              // The detached calls are their owners' to report.
+              if ((!only || *only == actor_kind::call) && d.calls)
                 job->owners.push_back(d);
-              if (kind.empty() || d.row.kind == kind) {
+              if (!only || d.row.kind == *only) {
                 job->rows.push_back(std::move(d.row));
                 job->handles.push_back(std::move(d.handle));
               }

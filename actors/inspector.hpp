@@ -17,7 +17,7 @@ namespace egress {
 using config_source = std::function<caf::expected<engine_config>()>;
 
 struct inspector_state {
-  std::string name = "inspector";
+  std::string name = to_string(actor_kind::inspector);
   fleet_actor fleet;
   caf::timespan liveness_timeout = std::chrono::milliseconds(300);
   config_source reread_config; // empty: reload is refused

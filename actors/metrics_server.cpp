@@ -51,7 +51,7 @@ void log_cap(metrics_server_pointer self) {
   auto now = clock_type::now();
   if (now - st.last_refusal_log < std::chrono::seconds(10))
     return;
-  log::warn("metrics", "connection cap of " + std::to_string(st.opts.max_connections)
+  log::warn(to_string(actor_kind::metrics), "connection cap of " + std::to_string(st.opts.max_connections)
                          + " reached: closed " + std::to_string(st.evicted)
                          + " idle connection(s) to admit new ones and refused "
                          + std::to_string(st.refused) + " since the last report");

@@ -70,7 +70,7 @@ struct metrics_connection {
 };
 
 struct metrics_server_state {
-  std::string name = "metrics-server";
+  std::string name = to_string(actor_kind::metrics);
   metrics_server_options opts;
   std::map<caf::io::connection_handle, metrics_connection> connections;
   rotation_snapshot rotation; // the last the fleet published (for waiters)

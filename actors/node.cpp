@@ -47,7 +47,8 @@ void tell(node_pointer self, const engine_event& e) {
 }
 
 void announce(node_pointer self, const node_peer& p, std::string what) {
-  tell(self, {now_rfc3339(), "node", label(p), std::move(what), self->state.node});
+  tell(self, {now_rfc3339(), to_string(actor_kind::node), label(p), std::move(what),
+              self->state.node});
 }
 
 /// Events reach watchers through this actor, which adds the nodes' own ups
@@ -105,10 +106,10 @@ void enter(node_pointer self, node_peer& p, phase next, std::string why) {
   p.at = next;
   p.since = now_rfc3339();
   if (next == phase::up) {
-    log::info("node", self->state.node + ": node " + p.name + " at " + p.address + " is up");
+    log::info(to_string(actor_kind::node), self->state.node + ": node " + p.name + " at " + p.address + " is up");
     announce(self, p, "up at " + p.address);
   } else {
-    log::warn("node", self->state.node + ": node "
+    log::warn(to_string(actor_kind::node), self->state.node + ": node "
                         + (p.name.empty() ? "at " + p.address : p.name + " at " + p.address)
                         + " is down: " + p.reason);
     announce(self, p, "down: " + p.reason);
@@ -235,7 +236,7 @@ void rehello_if_refused(node_pointer self, const std::string& address, const caf
 
 actor_row this_node(const node_state& st) {
   actor_row e;
-  e.kind = "node";
+  e.kind = actor_kind::node;
   e.name = st.node;
   e.node = st.node;
   e.state = "up (this node)";
@@ -247,7 +248,7 @@ actor_row this_node(const node_state& st) {
 
 actor_row peer_entry(const node_peer& p) {
   actor_row e;
-  e.kind = "node";
+  e.kind = actor_kind::node;
   e.name = label(p);
   e.node = label(p);
   e.started_at = p.since;
@@ -290,7 +291,7 @@ struct listing {
   }
 
   void finish() {
-    if (kind.empty() || kind == "node")
+    if (kind.empty() || actor_kind_from(kind) == actor_kind::node)
       for (auto& n : nodes)
         rows.push_back(std::move(n));
     rp.deliver(std::move(rows));
@@ -300,7 +301,7 @@ struct listing {
 /// This node's own actors (a peer's "here only" listing): the inspector's
 /// answer, delivered by this actor (only it talks to other processes).
 caf::result<std::vector<actor_row>> list_here(node_pointer self, std::string kind) {
-  if (kind == "node")
+  if (actor_kind_from(kind) == actor_kind::node)
     return std::vector<actor_row>{}; // the asking node lists the nodes
   auto rp = self->make_response_promise<std::vector<actor_row>>();
   self->request(self->state.inspector, self->state.timeout, atom::ls_v, kind)
@@ -327,7 +328,7 @@ caf::result<std::vector<actor_row>> list(node_pointer self, std::string kind) {
       l->finish();
   };
   auto t = st.timeout;
-  bool only_nodes = kind == "node";
+  bool only_nodes = actor_kind_from(kind) == actor_kind::node;
   if (!only_nodes) {
     ++l->open;
     self->request(st.inspector, t, atom::ls_v, kind)
@@ -534,7 +535,7 @@ void set_guards(node_pointer self) {
     auto now = clock_type::now();
     if (now - st.unexpected_logged > std::chrono::seconds(10)) {
       auto sender = self->current_sender();
-      log::warn("node", st.node + ": dropped " + std::to_string(st.unexpected)
+      log::warn(to_string(actor_kind::node), st.node + ": dropped " + std::to_string(st.unexpected)
                           + " unexpected message(s); the latest from node "
                           + (sender ? caf::to_string(sender->node()) : std::string{"unknown"})
                           + " with " + std::to_string(x.content().size()) + " element(s)");
@@ -548,10 +549,10 @@ void set_guards(node_pointer self) {
   // than kill (which engine::stop sends, and which no handler can stop) is
   // ignored.
   self->set_error_handler([self](caf::error& err) {
-    log::warn("node", self->state.node + ": ignored an error message: " + render(err));
+    log::warn(to_string(actor_kind::node), self->state.node + ": ignored an error message: " + render(err));
   });
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    log::warn("node", self->state.node + ": ignored an exit message: " + render(msg.reason));
+    log::warn(to_string(actor_kind::node), self->state.node + ": ignored an exit message: " + render(msg.reason));
   });
 }
 
@@ -572,7 +573,7 @@ caf::result<std::string, std::string> admit(node_pointer self, const std::string
   ++st.refused;
   auto now = clock_type::now();
   if (now - st.refused_logged > std::chrono::seconds(10)) {
-    log::warn("node", st.node + ": refused " + std::to_string(st.refused)
+    log::warn(to_string(actor_kind::node), st.node + ": refused " + std::to_string(st.refused)
                         + " hello(s): wrong secret, or a stale or reused nonce");
     st.refused = 0;
     st.refused_logged = now;

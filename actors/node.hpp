@@ -59,7 +59,7 @@ struct node_watcher {
 };
 
 struct node_state {
-  std::string name = "node";
+  std::string name = to_string(actor_kind::node);
   std::string node;    // engine.node
   std::string started; // RFC 3339
   inspector_actor inspector;

@@ -186,7 +186,7 @@ void transition(proxy_pointer self, proxy_activity from, proxy_activity next, Ch
   if (st.activity != from)
     return;
   if (!proxy_may_move(from, next)) {
-    log::error("proxy", st.opts.spec.name + ": no move from activity "
+    log::error(to_string(actor_kind::proxy), st.opts.spec.name + ": no move from activity "
                           + std::to_string(static_cast<int>(from)) + " to "
                           + std::to_string(static_cast<int>(next)));
     return;
@@ -234,7 +234,7 @@ void record_error(proxy_pointer self, const caf::error& err, bool permanent_fail
   // Invariant 10: a transient error never latches a proxy as failed.
   if (permanent_fails && kind_of(err) != error_kind::transient)
     st.status.phase = proxy_phase::failed;
-  log::warn("proxy", st.opts.spec.name + ": " + st.status.last_error);
+  log::warn(to_string(actor_kind::proxy), st.opts.spec.name + ": " + st.status.last_error);
 }
 
 std::vector<lv::address_source> sources_of(const std::vector<std::string>& names) {
@@ -262,7 +262,7 @@ bool keep_in_grace(proxy_state& st) {
     if (st.opts.address_grace == 0)
       return false;
     s.grace_left = st.opts.address_grace;
-    log::warn("proxy", st.opts.spec.name + ": reads back without an address; keeping "
+    log::warn(to_string(actor_kind::proxy), st.opts.spec.name + ": reads back without an address; keeping "
                          + s.address + " for " + std::to_string(s.grace_left)
                          + " read-back(s)");
     return true;
@@ -271,7 +271,7 @@ bool keep_in_grace(proxy_state& st) {
     --s.grace_left;
     return true;
   }
-  log::warn("proxy", st.opts.spec.name + ": still no address after the grace; demoted");
+  log::warn(to_string(actor_kind::proxy), st.opts.spec.name + ": still no address after the grace; demoted");
   s.grace_left = 0;
   return false;
 }
@@ -283,7 +283,7 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
                    && (r.state == domain_state::running || r.state == domain_state::blocked);
   if (!r.exists) {
     if (s.phase == proxy_phase::running || s.phase == proxy_phase::provisioning)
-      log::warn("proxy", st.opts.spec.name + ": domain vanished; recreating");
+      log::warn(to_string(actor_kind::proxy), st.opts.spec.name + ": domain vanished; recreating");
     if (!st.create_failed)
       create(self);
     return;
@@ -306,7 +306,7 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
   }
   if (!st.created_by_us && s.uid.empty()) {
     s.adopted = true;
-    log::info("proxy", st.opts.spec.name + ": adopted by mark uid=" + r.mark.uid);
+    log::info(to_string(actor_kind::proxy), st.opts.spec.name + ": adopted by mark uid=" + r.mark.uid);
   }
   learn_macs(st, r.macs);
   st.domain_uuid = r.uuid;
@@ -405,7 +405,7 @@ void ensure_images_then(proxy_pointer self, void (*next)(proxy_pointer)) {
       .then(
         [self, role = role, one_done](image_ready& r) {
           auto& st = self->state;
-          log::info("proxy", st.opts.spec.name + ": " + role + " image ready as " + r.volume);
+          log::info(to_string(actor_kind::proxy), st.opts.spec.name + ": " + role + " image ready as " + r.volume);
           st.ready[role] = std::move(r);
           one_done();
         },
@@ -533,7 +533,7 @@ void create(proxy_pointer self) {
       transition(self, proxy_activity::creating, proxy_activity::idle, [&] {
         self->state.created_by_us = true;
         self->state.status.adopted = false;
-        log::info("proxy", self->state.opts.spec.name + ": created uid=" + r.mark.uid);
+        log::info(to_string(actor_kind::proxy), self->state.opts.spec.name + ": created uid=" + r.mark.uid);
         apply_reading(self, r);
       });
     },
@@ -573,7 +573,7 @@ void remove_vm(proxy_pointer self, const std::string& verb, OnOk on_ok, OnErr on
 void replace(proxy_pointer self, const domain_reading& r) {
   auto& st = self->state;
   auto& s = st.status;
-  log::info("proxy", st.opts.spec.name + ": spec changed (VM uid=" + r.mark.uid
+  log::info(to_string(actor_kind::proxy), st.opts.spec.name + ": spec changed (VM uid=" + r.mark.uid
                        + " was made from spec " + r.mark.spec_hash.substr(0, 12)
                        + ", declared is " + st.spec_hash.substr(0, 12) + "); replacing it");
   begin_step(self, proxy_activity::replacing, [&] {
@@ -646,7 +646,7 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
   auto& st = self->state;
   if (st.activity == proxy_activity::erasing || st.pending == proxy_pending::erase)
     return;
-  log::info("proxy", st.opts.spec.name + ": domain " + to_string(ev.change) + " on "
+  log::info(to_string(actor_kind::proxy), st.opts.spec.name + ": domain " + to_string(ev.change) + " on "
                        + ev.host);
   if (ends_running(ev.change))
     st.domain_runs = false;
@@ -680,7 +680,7 @@ void take_leased(proxy_pointer self, const std::vector<std::string>& addresses) 
     if (!addresses.empty()) {
       if (std::find(addresses.begin(), addresses.end(), s.address) == addresses.end()) {
         if (!s.address.empty())
-          log::info("proxy", st.opts.spec.name + ": its lease moved from " + s.address
+          log::info(to_string(actor_kind::proxy), st.opts.spec.name + ": its lease moved from " + s.address
                                + " to " + addresses.front());
         s.address = addresses.front();
       }
@@ -743,7 +743,7 @@ void on_domain_brief(proxy_pointer self, domain_brief& b) {
         arm_poll(self);
       return;
     }
-    log::warn("proxy", st.opts.spec.name + ": the bulk read finds its domain "
+    log::warn(to_string(actor_kind::proxy), st.opts.spec.name + ": the bulk read finds its domain "
                          + (b.exists ? std::string{to_string(b.state)} : "missing")
                          + (other_domain ? " (another uuid)" : "") + "; reading it back");
     poll(self);
@@ -789,7 +789,7 @@ void erase(proxy_pointer self) {
 proxy_actor::behavior_type make_proxy(proxy_pointer self, proxy_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
-  st.name = "proxy/" + st.opts.spec.name;
+  st.name = actor_name(actor_kind::proxy, st.opts.spec.name);
   st.spec_hash = spec_hash(st.opts.spec, st.opts.domain_type, st.opts.image_sha256,
                            st.opts.kernel_sha256, st.opts.initrd_sha256);
   st.status.name = st.opts.spec.name;

@@ -88,7 +88,7 @@ bool proxy_may_move(proxy_activity from, proxy_activity to);
 enum class proxy_pending : uint8_t { none, read, reconcile, erase };
 
 struct proxy_state {
-  std::string name = "proxy";
+  std::string name = to_string(actor_kind::proxy);
   proxy_options opts;
   proxy_status status;
   proxy_status pushed; // what the sink last received

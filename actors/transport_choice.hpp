@@ -1,10 +1,14 @@
 #pragma once
-// Which transport a host's link dials through, from its validated config.
+// The one place where a host's validated config becomes the options of its
+// link, its transport and its prober: the options have no defaults of their
+// own, so a default lives in the config alone (messages/config.hpp).
 
 #include <cstdint>
 
+#include "actors/host_link.hpp"
 #include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
+#include "providers/ssh/ssh_transport.hpp"
 #include "providers/transport.hpp"
 
 namespace egress {
@@ -23,6 +27,20 @@ struct call_plan {
 /// call at a time on a connection"), at most 10 through an exec transport
 /// (sshd's MaxSessions). Logs the second case once.
 call_plan plan_calls(const host_config& host);
+
+/// The SSH session to the host (the link's transport and the prober share it).
+ssh::session_options session_of(const host_config& host);
+
+/// The SSH transport's options: the session, the far end, the bridge's
+/// plan_calls(host).connections connections, the keepalive and watchdog.
+ssh_transport_options ssh_options_of(const host_config& host);
+
+/// The bridge in front of a local daemon's socket.
+local_socket_options local_socket_options_of(const host_config& host);
+
+/// The host link's options but its transport and sink (the fleet's): its
+/// call plan, budgets, backoff, bulk-read and lease intervals, keepalive.
+host_link_options link_options_of(const host_config& host, const engine_config& cfg);
 
 /// direct: libvirt opens the URI itself; ssh: the engine's SSH bridge;
 /// local-socket: the engine's bridge in front of a local daemon socket. The

@@ -50,13 +50,6 @@ struct blocking_work {
 /// proxies is a megabyte of members). Never crosses the middleman.
 using rotation_snapshot = std::shared_ptr<const rotation_view>;
 
-/// One of the fleet's actors with its handle: what the inspector probes.
-/// The handle stays in this process; the shell gets actor_row only.
-struct directory_row {
-  actor_row row;
-  caf::actor handle;
-};
-
 } // namespace egress
 
 // Local-only: closures and std::any cannot be serialized. These types never
@@ -64,7 +57,6 @@ struct directory_row {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_job)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::call_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::blocking_work)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<egress::directory_row>)
 // A whole configuration for a reload: holds durations and paths of this
 // machine, so it is local too (caf-shell asks the node to re-read its file).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::engine_config)
@@ -105,6 +97,16 @@ using status_interface = caf::typed_actor<caf::replies_to<atom::status>::with<St
 /// (kind "call"; caf-shell ls calls).
 using call_ledger_interface
   = caf::typed_actor<caf::replies_to<atom::ls>::with<std::vector<actor_row>>>;
+
+/// One of the fleet's actors with its handle: what the inspector probes.
+/// The handles stay in this process; the shell gets actor_row only.
+struct directory_row {
+  actor_row row;
+  caf::actor handle;
+  // Set for an actor that starts detached calls (a link, an image, the
+  // health actor, the gateway): where the inspector asks for them.
+  call_ledger_interface calls;
+};
 
 /// Gives up what it is doing, for the reason given, and answers at once with
 /// its status (a link marks itself dead and kills its transport; an image
@@ -351,3 +353,5 @@ using node_actor = caf::typed_actor<
   caf::reacts_to<atom::poll, std::string, std::string>>;
 
 } // namespace egress
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<egress::directory_row>)

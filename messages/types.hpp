@@ -11,6 +11,8 @@
 #include <caf/meta/type_name.hpp>
 #include <caf/timespan.hpp>
 
+#include "messages/actor_kind.hpp"
+
 namespace egress {
 
 /// The metadata mark the engine writes into every domain it creates. It is how
@@ -500,7 +502,9 @@ typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
 /// pushes it keeps anyway.
 struct engine_event {
   std::string at;    // RFC 3339, when the fleet saw it
-  std::string kind;  // link, image, proxy, rotation, node
+  // What it is about: an actor_kind's to_string (link, image, proxy,
+  // gateway, node), or "rotation" (a proxy joined or left it).
+  std::string kind;
   std::string name;  // host, image@host, proxy, node
   std::string what;  // "down: killed: by operator", "45% of 66 MB, 12 MB/s, ETA 3 s", ...
   std::string node;  // the node whose fleet saw it (engine.node)
@@ -513,7 +517,7 @@ typename Inspector::result_type inspect(Inspector& f, engine_event& x) {
 
 /// One actor as the inspector shows it (caf-shell's ls and show).
 struct actor_row {
-  std::string kind;       // link, image, proxy, health, call, node
+  actor_kind kind = actor_kind::fleet;
   std::string name;       // host, image@host, proxy name, "fleet"
   std::string state;      // from its status: up/dead, ready, running, ...
   std::string started_at; // RFC 3339, when the fleet spawned it

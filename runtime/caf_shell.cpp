@@ -17,6 +17,7 @@
 //   help, quit
 // Exit codes: 0 ok, 1 a command failed (unknown name, engine unreachable),
 // 2 usage.
+#include <algorithm>
 #include <chrono>
 #include <cctype>
 #include <iterator>
@@ -116,14 +117,21 @@ std::vector<std::string> words(const std::string& line) {
   return out;
 }
 
-/// "proxies" and "proxy" both name the kind "proxy".
+/// The kinds `ls` lists: the fleet's actors, their calls and the nodes.
+constexpr actor_kind listed_kinds[] = {actor_kind::link,    actor_kind::image, actor_kind::proxy,
+                                       actor_kind::health,  actor_kind::gateway,
+                                       actor_kind::call,    actor_kind::node};
+
+/// The kind a word names ("proxies" and "proxy" both name proxy); "all" is
+/// every kind (empty).
 std::optional<std::string> kind_of(const std::string& w) {
-  for (auto k : {"link", "image", "proxy", "health", "gateway", "call", "node"})
-    if (w == k || w == std::string{k} + "s" || (std::string{k} == "proxy" && w == "proxies"))
-      return std::string{k};
   if (w == "all")
     return std::string{};
-  return std::nullopt;
+  auto k = actor_kind_from(w);
+  if (!k || std::find(std::begin(listed_kinds), std::end(listed_kinds), *k)
+              == std::end(listed_kinds))
+    return std::nullopt;
+  return std::string{to_string(*k)};
 }
 
 json to_json(const actor_row& e) {
@@ -131,7 +139,7 @@ json to_json(const actor_row& e) {
   for (auto& d : e.details)
     if (auto at = d.find(": "); at != std::string::npos)
       details[d.substr(0, at)] = d.substr(at + 2);
-  return {{"node", e.node}, {"kind", e.kind}, {"name", e.name}, {"state", e.state},
+  return {{"node", e.node}, {"kind", to_string(e.kind)}, {"name", e.name}, {"state", e.state},
           {"started_at", e.started_at}, {"liveness", e.liveness}, {"details", details}};
 }
 
@@ -564,7 +572,7 @@ private:
     size_t wk = 5, wn = 4, ws = 5, wnode = 4;
     std::set<std::string> nodes;
     for (auto& e : xs) {
-      wk = std::max(wk, e.kind.size() + 2);
+      wk = std::max(wk, std::strlen(to_string(e.kind)) + 2);
       wn = std::max(wn, e.name.size());
       ws = std::max(ws, e.state.size());
       wnode = std::max(wnode, e.node.size());
@@ -574,7 +582,7 @@ private:
     std::cout << (by_node ? pad("NODE", wnode + 2) : "") << pad("KIND", wk) << pad("NAME", wn + 2)
               << pad("STATE", ws + 2) << pad("STARTED", 22) << "LIVENESS\n";
     for (auto& e : xs)
-      std::cout << (by_node ? pad(e.node, wnode + 2) : "") << pad(e.kind, wk)
+      std::cout << (by_node ? pad(e.node, wnode + 2) : "") << pad(to_string(e.kind), wk)
                 << pad(e.name, wn + 2) << pad(e.state, ws + 2) << pad(e.started_at, 22)
                 << e.liveness << "\n";
   }
@@ -584,7 +592,7 @@ private:
       std::cout << to_json(e).dump(2) << "\n";
       return;
     }
-    std::cout << e.kind << " " << e.name << "\n  node: " << e.node << "\n  state: " << e.state
+    std::cout << to_string(e.kind) << " " << e.name << "\n  node: " << e.node << "\n  state: " << e.state
               << "\n  started at: " << e.started_at << "\n  liveness: " << e.liveness << "\n";
     for (auto& d : e.details)
       std::cout << "  " << d << "\n";

@@ -21,13 +21,17 @@
 
 namespace egress::ssh {
 
+// What the host's config gives has no default here: the engine's options are
+// made from the config in one place (actors/transport_choice.cpp), whose
+// defaults are the config's (messages/config.hpp); an option left unset is
+// refused by validate().
 struct session_options {
   /// The host's name in messages (e.g. "hv1"); the address if empty.
   std::string host;
   /// Numeric IPv4 or IPv6 address. Names are refused: a DNS lookup blocks in
   /// getaddrinfo(), which no shutdown() can interrupt.
   std::string address;
-  uint16_t port = 22;
+  uint16_t port = 0;
   std::string user;
   /// An ed25519 private key (see user_key.hpp for why only ed25519).
   std::string key_file;
@@ -35,10 +39,10 @@ struct session_options {
   std::string known_hosts;
   /// Bounds the TCP connect, and separately each SSH step (handshake, login,
   /// channel open).
-  std::chrono::milliseconds connect_timeout{10'000};
+  std::chrono::milliseconds connect_timeout{0};
   /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged before the
   /// kernel kills the connection (0 = kernel default, about 15 minutes).
-  std::chrono::milliseconds tcp_user_timeout{10'000};
+  std::chrono::milliseconds tcp_user_timeout{0};
   /// TCP keepalive for an idle link: first probe, probe interval, count.
   std::chrono::seconds tcp_keepalive_idle{10};
   std::chrono::seconds tcp_keepalive_interval{5};

@@ -14,26 +14,13 @@ namespace egress {
 
 namespace {
 
-ssh::session_options session_options_of(const ssh_transport_options& o) {
-  ssh::session_options s;
-  s.host = o.host;
-  s.address = o.address;
-  s.port = o.port;
-  s.user = o.user;
-  s.key_file = o.key_file;
-  s.known_hosts = o.known_hosts;
-  s.connect_timeout = o.connect_timeout;
-  s.tcp_user_timeout = o.tcp_user_timeout;
-  return s;
-}
-
 caf::error invalid(std::string what) {
   return make_error(ec::invalid_argument, std::move(what));
 }
 
-caf::error check_lanes(size_t lanes) {
-  if (lanes == 0 || lanes > ssh::kill_switch::max_lanes)
-    return invalid("lanes " + std::to_string(lanes) + ": 1 to "
+caf::error check_connections(size_t n) {
+  if (n == 0 || n > ssh::kill_switch::max_lanes)
+    return invalid("connections " + std::to_string(n) + ": 1 to "
                    + std::to_string(ssh::kill_switch::max_lanes));
   return {};
 }
@@ -56,9 +43,9 @@ caf::error validate(const ssh_transport_options& opts) {
                    "itself");
   if (auto uri = ssh::bridged_uri(opts.libvirt_uri, "/x"); !uri)
     return uri.error();
-  if (auto err = check_lanes(opts.lanes))
+  if (auto err = check_connections(opts.connections))
     return err;
-  return ssh::validate(session_options_of(opts));
+  return ssh::validate(opts.session);
 }
 
 ssh_transport::ssh_transport(ssh_transport_options opts)
@@ -90,20 +77,20 @@ caf::error ssh_transport::connect() {
 caf::error ssh_transport::connect_steps() {
   if (kill_.fired())
     return make_error(ec::ssh_failed,
-                      ssh::endpoint_name(opts_.host, opts_.address, opts_.port)
+                      ssh::endpoint_name(opts_.session.host, opts_.session.address, opts_.session.port)
                         + ": killed before connect");
   if (auto err = validate(opts_))
     return err;
   // Local things first: a bad bridge_dir should not cost a login.
   auto bridge = ssh::bridge_socket::open(opts_.bridge_dir, kill_, ec::ssh_failed,
-                                         opts_.lanes);
+                                         opts_.connections);
   if (!bridge)
     return bridge.error();
   bridge_ = std::move(*bridge);
   auto uri = ssh::bridged_uri(opts_.libvirt_uri, bridge_->path());
   if (!uri)
     return uri.error();
-  if (auto err = session_.open(session_options_of(opts_)))
+  if (auto err = session_.open(opts_.session))
     return err;
   auto ch = opts_.remote_command.empty()
               ? ssh::channel::open_streamlocal(session_, opts_.remote_socket)
@@ -133,7 +120,7 @@ caf::error ssh_transport::pump() {
   lanes_ = std::make_unique<ssh::channel_source>(
     session_, *channel_, opts_.remote_socket, opts_.remote_command,
     opts_.ssh_keepalive_interval, opts_.ssh_watchdog,
-    opts_.host.empty() ? opts_.address : opts_.host);
+    opts_.session.host.empty() ? opts_.session.address : opts_.session.host);
   return ssh::run_pump(*bridge_, *lanes_, kill_, ec::ssh_failed, session_.who());
 }
 
@@ -154,7 +141,7 @@ caf::error validate(const local_socket_options& opts) {
     return invalid("local socket: socket_path " + opts.socket_path + " is too long");
   if (auto uri = ssh::bridged_uri(opts.libvirt_uri, "/x"); !uri)
     return uri.error();
-  return check_lanes(opts.lanes);
+  return check_connections(opts.connections);
 }
 
 local_socket_transport::local_socket_transport(local_socket_options opts)
@@ -196,7 +183,7 @@ caf::error local_socket_transport::connect_steps() {
   if (auto err = validate(opts_))
     return err;
   auto bridge = ssh::bridge_socket::open(opts_.bridge_dir, kill_, ec::connection_broken,
-                                         opts_.lanes);
+                                         opts_.connections);
   if (!bridge)
     return bridge.error();
   bridge_ = std::move(*bridge);

@@ -27,39 +27,32 @@
 
 namespace egress {
 
+// Made from the host's config in one place (actors/transport_choice.cpp),
+// with no defaults of its own: an option left unset is refused by validate().
 struct ssh_transport_options {
-  /// The host's name in messages ("hv1"); the address if empty.
-  std::string host;
-  /// Numeric IP address of the SSH server (no DNS: it cannot be killed).
-  std::string address;
-  uint16_t port = 22;
-  std::string user;
-  /// ed25519 private key; "<key_file>.pub" is used when present.
-  std::string key_file;
-  /// OpenSSH known_hosts; the host must be in it with exactly this key.
-  std::string known_hosts;
+  /// The SSH server and how to reach it (providers/ssh/session.hpp).
+  ssh::session_options session;
   /// libvirtd's socket on the host, reached with direct-streamlocal.
-  std::string remote_socket = "/var/run/libvirt/libvirt-sock";
+  std::string remote_socket;
   /// Non-empty: exec this command instead (e.g. "nc -U /path" or
   /// "virt-ssh-helper qemu:///system"), for servers that forbid
   /// stream-local forwarding.
   std::string remote_command;
   /// What libvirt opens, without host or transport; uri() turns it into
   /// "qemu+unix:///system?socket=<bridge path>".
-  std::string libvirt_uri = "qemu:///system";
-  /// libvirt connections the bridge takes, each its own channel of the one
-  /// session (1..ssh::kill_switch::max_lanes); the first is opened by
-  /// connect(), the others when libvirt's client connects again.
-  size_t lanes = 1;
+  std::string libvirt_uri;
+  /// libvirt connections the transport carries, each through its own lane
+  /// of the bridge: a channel of the one session (1..kill_switch::max_lanes);
+  /// the first is opened by connect(), the others when libvirt's client
+  /// connects again.
+  size_t connections = 0;
   /// Where the private bridge directory is created.
-  std::string bridge_dir = "/tmp";
-  std::chrono::milliseconds connect_timeout{10'000};
-  std::chrono::milliseconds tcp_user_timeout{10'000};
+  std::string bridge_dir;
   /// keepalive@openssh.com interval (libssh2 counts whole seconds); 0 = off.
-  std::chrono::seconds ssh_keepalive_interval{1};
+  std::chrono::seconds ssh_keepalive_interval{0};
   /// End the pump if the server sends nothing for this long; 0 = off. Needs
   /// a keepalive interval shorter than itself, or an idle link would trip it.
-  std::chrono::milliseconds ssh_watchdog{3'000};
+  std::chrono::milliseconds ssh_watchdog{0};
 };
 
 /// invalid_argument (or auth_failed for a non-ed25519 key) for options that
@@ -110,15 +103,17 @@ private:
   std::atomic<bool> pump_started_{false};
 };
 
+// Made from the host's config with the SSH transport's options (no defaults).
 struct local_socket_options {
   /// The host's name in messages; the socket path if empty.
   std::string host;
   /// The local daemon's socket, e.g. "/var/run/libvirt/libvirt-sock".
-  std::string socket_path = "/var/run/libvirt/libvirt-sock";
-  std::string libvirt_uri = "qemu:///system";
-  std::string bridge_dir = "/tmp";
-  /// libvirt connections the bridge takes, each its own socket to the daemon.
-  size_t lanes = 1;
+  std::string socket_path;
+  std::string libvirt_uri;
+  std::string bridge_dir;
+  /// libvirt connections the transport carries, each through its own lane
+  /// of the bridge: a socket to the daemon.
+  size_t connections = 0;
 };
 
 caf::error validate(const local_socket_options& opts);

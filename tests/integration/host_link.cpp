@@ -17,6 +17,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/link_call.hpp"
+#include "actors/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
@@ -266,14 +267,8 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_during_libvirt_open_returns_at_once) {
   // then virConnectOpen through the bridge while libvirtd is stopped, so the
   // open blocks waiting for the daemon's answer. The kill must free it.
   auto h = d.host();
-  ssh_transport_options o;
-  o.host = h.name;
-  o.address = h.address;
-  o.port = static_cast<uint16_t>(h.port);
-  o.user = h.user;
-  o.key_file = h.key_file;
-  o.known_hosts = h.known_hosts;
-  o.remote_socket = h.remote_socket;
+  auto o = ssh_options_of(h);
+  o.connections = 1;
   o.libvirt_uri = "test:///default";
   auto t = std::make_shared<ssh_transport>(o);
   BOOST_REQUIRE(!t->connect());

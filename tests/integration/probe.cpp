@@ -150,6 +150,7 @@ struct bed {
     o.key_file = ssh.client_key();
     o.known_hosts = ssh.known_hosts();
     o.connect_timeout = 5s;
+    o.tcp_user_timeout = 10s;
     return o;
   }
 

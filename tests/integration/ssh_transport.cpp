@@ -36,6 +36,7 @@
 
 #include <dirent.h>
 
+#include "actors/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "providers/ssh/bridge.hpp"
 #include "providers/ssh/ssh_transport.hpp"
@@ -460,17 +461,22 @@ struct sshd_env {
     return text;
   }
 
+  // The engine's defaults for this host, as a config with these keys gives
+  // them (the one place options are made: actors/transport_choice.cpp).
   ssh_transport_options options() const {
-    ssh_transport_options o;
-    o.host = "testhost";
-    o.address = "127.0.0.1";
-    o.port = port;
-    o.user = "root";
-    o.key_file = client_key;
-    o.known_hosts = known_hosts;
-    o.remote_socket = echo->path();
-    o.bridge_dir = dir;
-    o.connect_timeout = 5s;
+    host_config h;
+    h.name = "testhost";
+    h.transport = "ssh";
+    h.address = "127.0.0.1";
+    h.port = port;
+    h.key_file = client_key;
+    h.known_hosts = known_hosts;
+    h.uri = "qemu:///system";
+    h.remote_socket = echo->path();
+    h.bridge_dir = dir;
+    h.connect_timeout = 5s;
+    auto o = ssh_options_of(h);
+    o.connections = 1;
     return o;
   }
 };
@@ -571,7 +577,7 @@ BOOST_AUTO_TEST_CASE(bridged_uri_rewrites_driver_uris) {
 
 BOOST_AUTO_TEST_CASE(bad_options_are_invalid_argument_before_any_io) {
   auto o = env().options();
-  o.address = "localhost"; // a DNS name could block in getaddrinfo()
+  o.session.address = "localhost"; // a DNS name could block in getaddrinfo()
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
   BOOST_CHECK_EQUAL(code_of(err), "invalid_argument");
@@ -580,7 +586,7 @@ BOOST_AUTO_TEST_CASE(bad_options_are_invalid_argument_before_any_io) {
   o.ssh_keepalive_interval = 0s; // watchdog on, no keepalive: idle links would trip
   BOOST_CHECK_EQUAL(code_of(validate(o)), "invalid_argument");
   o = env().options();
-  o.known_hosts = env().dir + "/no-such-file";
+  o.session.known_hosts = env().dir + "/no-such-file";
   BOOST_CHECK_EQUAL(code_of(validate(o)), "invalid_argument");
 }
 
@@ -668,14 +674,14 @@ void three_lanes(std::shared_ptr<Transport> t) {
 
 BOOST_AUTO_TEST_CASE(spec_26_three_lanes_over_streamlocal_channels) {
   auto o = env().options();
-  o.lanes = 3;
+  o.connections = 3;
   three_lanes(connected(o));
 }
 
 BOOST_AUTO_TEST_CASE(spec_26_three_lanes_over_exec_channels) {
   auto o = env().options();
   o.remote_command = "cat";
-  o.lanes = 3;
+  o.connections = 3;
   three_lanes(connected(o));
 }
 
@@ -683,25 +689,26 @@ BOOST_AUTO_TEST_CASE(spec_26_three_lanes_over_local_sockets) {
   local_socket_options o;
   o.socket_path = env().echo->path();
   o.bridge_dir = env().dir;
-  o.lanes = 3;
+  o.connections = 3;
+  o.libvirt_uri = "qemu:///system";
   auto t = std::make_shared<local_socket_transport>(o);
   auto err = t->connect();
   BOOST_REQUIRE_MESSAGE(!err, render(err));
   three_lanes(t);
 }
 
-BOOST_AUTO_TEST_CASE(lanes_beyond_the_kill_switch_are_invalid_argument) {
+BOOST_AUTO_TEST_CASE(connections_beyond_the_kill_switch_are_invalid_argument) {
   auto o = env().options();
-  o.lanes = 0;
+  o.connections = 0;
   BOOST_CHECK_EQUAL(code_of(validate(o)), "invalid_argument");
-  o.lanes = 65;
+  o.connections = 65;
   BOOST_CHECK_EQUAL(code_of(validate(o)), "invalid_argument");
 }
 
 // A kill releases a blocked reader on every lane at once.
 BOOST_AUTO_TEST_CASE(spec_01_kill_releases_every_lane_at_once) {
   auto o = env().options();
-  o.lanes = 3;
+  o.connections = 3;
   auto t = connected(o);
   pump_thread pump{t};
   std::vector<std::unique_ptr<client_socket>> clients;
@@ -780,7 +787,7 @@ void expect_no_auth_attempt(const std::string& log) {
 
 BOOST_AUTO_TEST_CASE(spec_13_unknown_host_is_rejected_and_nothing_is_sent) {
   auto o = env().options();
-  o.known_hosts = env().known_hosts_empty;
+  o.session.known_hosts = env().known_hosts_empty;
   auto from = env().log_size();
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
@@ -796,7 +803,7 @@ BOOST_AUTO_TEST_CASE(spec_13_unknown_host_is_rejected_and_nothing_is_sent) {
 
 BOOST_AUTO_TEST_CASE(spec_13_host_key_mismatch_is_rejected_and_nothing_is_sent) {
   auto o = env().options();
-  o.known_hosts = env().known_hosts_wrong;
+  o.session.known_hosts = env().known_hosts_wrong;
   auto from = env().log_size();
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
@@ -814,7 +821,7 @@ BOOST_AUTO_TEST_CASE(spec_13_a_port_22_entry_does_not_vouch_for_another_port) {
   // OpenSSH files non-22 ports as "[addr]:port"; libssh2's own port lookup
   // would also accept the plain "addr" entry. We follow OpenSSH.
   auto o = env().options();
-  o.known_hosts = env().known_hosts_port22;
+  o.session.known_hosts = env().known_hosts_port22;
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
   BOOST_TEST_MESSAGE(render(err));
@@ -823,8 +830,8 @@ BOOST_AUTO_TEST_CASE(spec_13_a_port_22_entry_does_not_vouch_for_another_port) {
 
 BOOST_AUTO_TEST_CASE(spec_13_hashed_known_hosts_entry_is_accepted) {
   auto o = env().options();
-  o.known_hosts = env().known_hosts_hashed;
-  BOOST_REQUIRE(contains(slurp(o.known_hosts), "|1|"));
+  o.session.known_hosts = env().known_hosts_hashed;
+  BOOST_REQUIRE(contains(slurp(o.session.known_hosts), "|1|"));
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
   BOOST_CHECK_MESSAGE(!err, render(err));
@@ -834,7 +841,7 @@ BOOST_AUTO_TEST_CASE(spec_13_hashed_known_hosts_entry_is_accepted) {
 
 BOOST_AUTO_TEST_CASE(unauthorized_key_is_auth_failed_naming_user_and_key) {
   auto o = env().options();
-  o.key_file = env().stranger_key;
+  o.session.key_file = env().stranger_key;
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
   auto text = render(err);
@@ -847,7 +854,7 @@ BOOST_AUTO_TEST_CASE(unauthorized_key_is_auth_failed_naming_user_and_key) {
 
 BOOST_AUTO_TEST_CASE(rsa_key_is_auth_failed_with_the_sha1_reason) {
   auto o = env().options();
-  o.key_file = env().rsa_key;
+  o.session.key_file = env().rsa_key;
   auto from = env().log_size();
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
@@ -892,8 +899,8 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_frees_connect_blocked_on_a_silent_peer) {
   socklen_t len = sizeof a;
   ::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len);
   auto o = env().options();
-  o.port = ntohs(a.sin_port);
-  o.connect_timeout = 30s;
+  o.session.port = ntohs(a.sin_port);
+  o.session.connect_timeout = 30s;
   auto t = std::make_shared<ssh_transport>(o);
   caf::error err;
   clock_type::time_point returned;
@@ -938,8 +945,8 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_frees_connect_blocked_in_tcp_syn_sent) {
   }
   std::this_thread::sleep_for(100ms);
   auto o = env().options();
-  o.port = ntohs(a.sin_port);
-  o.connect_timeout = 30s;
+  o.session.port = ntohs(a.sin_port);
+  o.session.connect_timeout = 30s;
   auto t = std::make_shared<ssh_transport>(o);
   caf::error err;
   clock_type::time_point returned;
@@ -1055,7 +1062,7 @@ BOOST_AUTO_TEST_CASE(watchdog_ends_pump_when_sshd_goes_silent) {
 
 BOOST_AUTO_TEST_CASE(refused_port_is_transient_ssh_failed) {
   auto o = env().options();
-  o.port = free_tcp_port(); // nobody listens there
+  o.session.port = free_tcp_port(); // nobody listens there
   auto t = std::make_shared<ssh_transport>(o);
   auto err = t->connect();
   BOOST_TEST_MESSAGE(render(err));
@@ -1092,6 +1099,7 @@ BOOST_AUTO_TEST_CASE(local_socket_round_trip) {
   o.socket_path = env().echo->path();
   o.libvirt_uri = "test:///default";
   o.bridge_dir = env().dir;
+  o.connections = 1;
   auto t = std::make_shared<local_socket_transport>(o);
   auto err = t->connect();
   BOOST_REQUIRE_MESSAGE(!err, render(err));
@@ -1108,6 +1116,8 @@ BOOST_AUTO_TEST_CASE(local_socket_missing_daemon_is_transient) {
   local_socket_options o;
   o.socket_path = env().dir + "/absent.sock";
   o.bridge_dir = env().dir;
+  o.libvirt_uri = "qemu:///system";
+  o.connections = 1;
   auto t = std::make_shared<local_socket_transport>(o);
   auto err = t->connect();
   BOOST_TEST_MESSAGE(render(err));
@@ -1119,6 +1129,8 @@ BOOST_AUTO_TEST_CASE(spec_01_kill_local_pump_returns_and_client_sees_eof) {
   local_socket_options o;
   o.socket_path = env().echo->path();
   o.bridge_dir = env().dir;
+  o.libvirt_uri = "qemu:///system";
+  o.connections = 1;
   auto t = std::make_shared<local_socket_transport>(o);
   BOOST_REQUIRE(!t->connect());
   pump_thread pump{t};

@@ -17,6 +17,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/host_link.hpp"
+#include "actors/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "support/det_fixture.hpp"
@@ -45,13 +46,16 @@ struct fixture : test::det_fixture {
 
   host_link_actor spawn_link(caf::timespan budget = 1s, uint32_t limit = 5,
                              uint32_t connections = 1, status_sink_actor sink = {}) {
-    host_link_options o;
-    o.sink = std::move(sink);
-    o.host = "hv1";
-    o.max_calls = limit;
+    // The engine's defaults, as a config without these keys gives them.
+    host_config h;
+    h.name = "hv1";
+    h.uri = "test:///default";
+    h.max_calls = limit;
+    h.call_budget = budget;
+    h.connect_timeout = 5s;
+    auto o = link_options_of(h, engine_config{});
     o.connections = connections;
-    o.call_budget = budget;
-    o.connect_timeout = 5s;
+    o.sink = std::move(sink);
     o.make_transport = test::test_transports("test:///default", probe);
     auto link = sys.spawn(make_host_link, std::move(o));
     BOOST_REQUIRE(run_until([&] { return link_of(link).state == link_state::up; }));
@@ -201,7 +205,7 @@ BOOST_AUTO_TEST_CASE(spec_21_an_abandoned_call_stays_listed_until_its_thread_end
   };
   auto running = find(calls(), "wedged-call");
   BOOST_REQUIRE(running);
-  BOOST_CHECK_EQUAL(running->kind, "call");
+  BOOST_CHECK(running->kind == actor_kind::call);
   BOOST_CHECK_EQUAL(running->state, "running");
   BOOST_CHECK(running->name.rfind("hv1#", 0) == 0);
   sched.advance_time(1s);

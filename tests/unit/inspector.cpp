@@ -48,8 +48,8 @@ BOOST_FIXTURE_TEST_CASE(spec_19_a_wedged_actor_shows_as_no_reply_within_the_time
   caf::anon_send(wedged, 1);
   auto fine = sys->spawn([]() -> caf::behavior { return {[](int) {}}; });
   std::vector<directory_row> dir;
-  dir.push_back({{"proxy", "stuck", "running", "", "", {}, ""}, wedged});
-  dir.push_back({{"proxy", "fine", "running", "", "", {}, ""}, fine});
+  dir.push_back({{actor_kind::proxy, "stuck", "running", "", "", {}, ""}, wedged, {}});
+  dir.push_back({{actor_kind::proxy, "fine", "running", "", "", {}, ""}, fine, {}});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
   auto insp = sys->spawn(make_inspector, fleet, caf::timespan{1s}, config_source{});
   caf::scoped_actor self{*sys};
@@ -77,7 +77,7 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
                         test::engine_fixture) {
   auto owner = sys->spawn([]() -> caf::behavior {
     return {[](atom::ls) {
-      actor_row c{"call", "hv1#42", "abandoned, thread still running", "", "busy (detached)",
+      actor_row c{actor_kind::call, "hv1#42", "abandoned, thread still running", "", "busy (detached)",
                     {"call: define px-1", "host: hv1"}, ""};
       return std::vector<actor_row>{c};
     }};
@@ -88,9 +88,11 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   });
   caf::anon_send(wedged, 1);
   std::vector<directory_row> dir;
-  dir.push_back({{"link", "hv1", "up", "", "", {}, ""}, owner});
-  dir.push_back({{"image", "base@hv2", "fetching", "", "", {}, ""}, wedged});
-  dir.push_back({{"proxy", "px-1", "running", "", "", {}, ""}, owner});
+  dir.push_back({{actor_kind::link, "hv1", "up", "", "", {}, ""}, owner,
+                 caf::actor_cast<call_ledger_interface>(owner)});
+  dir.push_back({{actor_kind::image, "base@hv2", "fetching", "", "", {}, ""}, wedged,
+                 caf::actor_cast<call_ledger_interface>(wedged)});
+  dir.push_back({{actor_kind::proxy, "px-1", "running", "", "", {}, ""}, owner, {}});
   auto fleet = caf::actor_cast<fleet_actor>(sys->spawn(stub_fleet, dir));
   auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
@@ -102,7 +104,7 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   std::sort(got.begin(), got.end(), [](auto& a, auto& b) { return a.name < b.name; });
   BOOST_CHECK_EQUAL(got[0].name, "hv1#42");
   BOOST_CHECK_EQUAL(got[0].state, "abandoned, thread still running");
-  BOOST_CHECK_EQUAL(got[1].name, "image base@hv2");
+  BOOST_CHECK_EQUAL(got[1].name, "image/base@hv2");
   BOOST_CHECK_EQUAL(got[1].state, "unknown: its owner did not list them");
   BOOST_CHECK_EQUAL(got[1].liveness, "no reply within 300 ms");
   // "ls" of everything includes the calls beside the actors.
@@ -149,11 +151,11 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_lists_the_health_actors_probe_batches, test::en
     return calls.size() == 1;
   }, 5s));
   if (calls.size() == 1) {
-    BOOST_CHECK_EQUAL(calls[0].kind, "call");
+    BOOST_CHECK(calls[0].kind == actor_kind::call);
     auto& d = calls[0].details;
     BOOST_CHECK(std::find(d.begin(), d.end(), "call: probe 1 proxy(ies)") != d.end());
     BOOST_CHECK(std::find(d.begin(), d.end(), "host: hv1") != d.end());
-    BOOST_CHECK(std::find(d.begin(), d.end(), "owner: health") != d.end());
+    BOOST_CHECK(std::find(d.begin(), d.end(), "owner: health/health") != d.end());
   }
   caf::anon_send_exit(health, caf::exit_reason::user_shutdown);
   self->wait_for(health);
