@@ -7,9 +7,9 @@
 #include "actors/health.hpp"
 #include "actors/host_link.hpp"
 #include "actors/image.hpp"
-#include "actors/link_call.hpp"
+#include "actors/parts/link_call.hpp"
 #include "actors/proxy.hpp"
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
@@ -151,7 +151,7 @@ void record(fleet_pointer self, Status now) {
 }
 
 // The link's options come from the config (link_options_of in
-// actors/transport_choice): where libvirt's remote client must not be
+// actors/parts/transport_choice): where libvirt's remote client must not be
 // entered by two threads at once, each call it runs at once has a connection
 // of its own.
 void spawn_link(fleet_pointer self, const host_config& h) {

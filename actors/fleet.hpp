@@ -14,7 +14,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/fleet_view.hpp"
+#include "actors/parts/fleet_view.hpp"
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/probe/probe.hpp"

@@ -4,7 +4,7 @@
 // watcher is attached.
 #include <cstdio>
 
-#include "actors/fleet_view.hpp"
+#include "actors/parts/fleet_view.hpp"
 #include "base/time_text.hpp"
 
 namespace egress {

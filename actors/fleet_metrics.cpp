@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "actors/fleet_view.hpp"
+#include "actors/parts/fleet_view.hpp"
 
 namespace egress {
 

@@ -25,7 +25,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/call_ledger.hpp"
+#include "actors/parts/call_ledger.hpp"
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/probe/probe.hpp"

@@ -18,7 +18,7 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
-#include "actors/call_ledger.hpp"
+#include "actors/parts/call_ledger.hpp"
 #include "actors/parts/call_pool.hpp"
 #include "actors/parts/dial_backoff.hpp"
 #include "actors/parts/domain_watch.hpp"
@@ -27,14 +27,14 @@
 
 namespace egress {
 
-// Made from the host's config by link_options_of (actors/transport_choice),
+// Made from the host's config by link_options_of (actors/parts/transport_choice),
 // with no defaults of its own but for what no config key sets.
 struct host_link_options {
   std::string host;
   uint32_t max_calls = 0;
   // libvirt connections the link keeps through its transport (1..max_calls):
   // max_calls where libvirt's client must not run two calls at once on one
-  // connection (actors/transport_choice), so that each call has its own; 1
+  // connection (actors/parts/transport_choice), so that each call has its own; 1
   // where it may. The first is opened by the dial, the others by the first
   // call that needs each. The transport must carry as many.
   uint32_t connections = 0;

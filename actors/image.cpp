@@ -5,7 +5,7 @@
 #include <random>
 
 #include "actors/call.hpp"
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <caf/io/middleman.hpp>
 
-#include "actors/rotation_book.hpp"
+#include "actors/parts/rotation_book.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 

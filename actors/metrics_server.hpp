@@ -36,7 +36,7 @@
 #include <caf/io/broker.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/metrics_request.hpp"
+#include "actors/parts/metrics_request.hpp"
 #include "messages/actors.hpp"
 
 namespace egress {

@@ -24,7 +24,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/admission.hpp"
+#include "actors/parts/admission.hpp"
 #include "messages/actors.hpp"
 
 namespace egress {

@@ -7,7 +7,7 @@
 #include <random>
 #include <utility>
 
-#include "actors/link_call.hpp"
+#include "actors/parts/link_call.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "base/time_text.hpp"

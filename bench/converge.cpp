@@ -9,7 +9,7 @@
 //                                                      (root; exit 77 otherwise)
 //
 // Test bed: H hosts (default 8), each a private libvirtd of its own
-// (tests/support/testbed.hpp) and a private OpenSSH sshd on 127.0.0.1 whose
+// (testbed/testbed.hpp) and a private OpenSSH sshd on 127.0.0.1 whose
 // sessions see that libvirtd's socket dir as /run/libvirt
 // (sshd_options::libvirt_socket_dir), as on a real host. Every host entry
 // names test:///default: a libvirtd's test driver keeps one test:///default
@@ -132,15 +132,15 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "providers/libvirt/error.hpp"
 #include "runtime/engine.hpp"
-#include "support/ssh_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/testbed.hpp"
 
 #include "figures.hpp"
 #include "proc_cpu.hpp"

@@ -108,8 +108,8 @@
 #include "providers/libvirt/domain_xml.hpp"
 #include "providers/provision/proxy_vm.hpp"
 #include "runtime/engine.hpp"
-#include "support/local_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/testbed.hpp"
 
 #include "figures.hpp"
 

@@ -6,8 +6,8 @@
 // Test bed (tests/integration/gateway.cpp's): a private libvirtd serving its
 // test driver, reached through the engine's SSH link to a real sshd in a
 // network namespace; in that namespace a real tinyproxy on each address
-// libvirt reports for the three proxies (support/vm_network.hpp), the page
-// the exits fetch (support/haproxy.hpp's exit_target: python's
+// libvirt reports for the three proxies (testbed/vm_network.hpp), the page
+// the exits fetch (testbed/haproxy.hpp's exit_target: python's
 // ThreadingHTTPServer), and two real HAProxies from the shipped
 // dist/haproxy/egress-gateway.cfg:
 //
@@ -55,9 +55,9 @@
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "runtime/engine.hpp"
-#include "support/haproxy.hpp"
-#include "support/probe_bed.hpp"
-#include "support/testbed.hpp"
+#include "testbed/haproxy.hpp"
+#include "testbed/probe_bed.hpp"
+#include "testbed/testbed.hpp"
 
 #include "figures.hpp"
 

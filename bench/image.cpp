@@ -8,7 +8,7 @@
 // pool) and one private sshd whose sessions see that libvirtd's socket dir as
 // /run/libvirt, so OpenSSH's qemu+ssh:// without socket= reaches it; virsh's
 // ssh goes through a command= wrapper that pins the sshd's known_hosts. The
-// mirror is tests/support/http_server.hpp on 127.0.0.1 serving N MiB
+// mirror is testbed/http_server.hpp on 127.0.0.1 serving N MiB
 // (default 512) of random bytes from memory. Each run, in rotating order:
 //  (a) engine: images::fill with the engine's SSH transports (transport_for
 //      the host), a fresh entry name, so it checks the pool, writes the
@@ -58,7 +58,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/images/dedicated_link.hpp"
@@ -68,9 +68,9 @@
 #include "providers/libvirt/volumes.hpp"
 #include "providers/mirror/download.hpp"
 #include "providers/mirror/sha256.hpp"
-#include "support/http_server.hpp"
-#include "support/ssh_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/testbed.hpp"
 
 #include "proc_cpu.hpp"
 

@@ -13,7 +13,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::procfs {
 

@@ -49,8 +49,8 @@
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "runtime/engine.hpp"
-#include "support/ssh_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

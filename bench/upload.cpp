@@ -54,8 +54,8 @@
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/volumes.hpp"
 #include "runtime/engine.hpp"
-#include "support/ssh_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/testbed.hpp"
 
 #include "figures.hpp"
 #include "proc_cpu.hpp"

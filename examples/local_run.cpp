@@ -1,7 +1,7 @@
 // `make run` on a machine that can boot VMs: a local KVM-host stand-in
 // (private libvirtd with QEMU/TCG and a private sshd, inside a network
 // namespace, with an isolated VM network and a page to fetch; see
-// tests/support/local_host.hpp), the proxy appliance served over HTTP on
+// testbed/local_host.hpp), the proxy appliance served over HTTP on
 // 127.0.0.1 as the image mirror, and caf-run on a generated config that
 // declares three proxies on that host, reached through SSH; each boots with
 // root= on a qcow2 overlay of the cached appliance disk (--boot=initramfs:
@@ -38,10 +38,10 @@
 
 #include "messages/error.hpp"
 #include "runtime/config_dump.hpp"
-#include "support/haproxy.hpp"
-#include "support/http_get.hpp"
-#include "support/local_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/haproxy.hpp"
+#include "testbed/http_get.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 

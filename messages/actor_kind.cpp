@@ -34,10 +34,10 @@ std::optional<actor_kind> actor_kind_from(std::string_view word) {
     std::string_view name = to_string(k);
     if (word == name)
       return k;
-    // The plural: "proxies", else the word with an "s".
-    if (k == actor_kind::proxy ? word == "proxies"
-                               : word.size() == name.size() + 1 && word.starts_with(name)
-                                   && word.back() == 's')
+    // The plural: the word with an "s" (what `names proxys`-style scripts
+    // built from the singular send), and "proxies".
+    if ((word.size() == name.size() + 1 && word.starts_with(name) && word.back() == 's')
+        || (k == actor_kind::proxy && word == "proxies"))
       return k;
   }
   return std::nullopt;

@@ -29,7 +29,8 @@ enum class actor_kind : uint8_t {
 const char* to_string(actor_kind x);
 
 /// The kind a word names: its to_string, or its plural ("links",
-/// "proxies"), as an operator types it. None for any other word.
+/// "proxies", and "proxys" as the shell's completion forms it), as an
+/// operator types it. None for any other word.
 std::optional<actor_kind> actor_kind_from(std::string_view word);
 
 /// "<kind>/<name>": an actor's name, and the fleet's key for it.

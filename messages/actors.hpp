@@ -92,7 +92,7 @@ using rotation_follower_actor = caf::typed_actor<caf::reacts_to<rotation_snapsho
 template <class Status>
 using status_interface = caf::typed_actor<caf::replies_to<atom::status>::with<Status>>;
 
-/// Lists the detached calls it started (its call ledger, actors/call_ledger):
+/// Lists the detached calls it started (its call ledger, actors/parts/call_ledger):
 /// running ones, and abandoned ones until a while after their threads ended
 /// (kind "call"; caf-shell ls calls).
 using call_ledger_interface
@@ -307,7 +307,7 @@ using node_events_actor = caf::typed_actor<caf::reacts_to<engine_event, std::str
 /// reports the nodes it cannot reach.
 ///
 /// A party first says hello, a mutual challenge over the shared secret
-/// (engine.inspect.secret-file; see actors/admission.hpp: the secret itself
+/// (engine.inspect.secret-file; see actors/parts/admission.hpp: the secret itself
 /// never crosses the wire) that ends with a token. Every other request
 /// carries that token as its first argument. The sender of a message is
 /// never trusted: BASP lets a connected party name any sender. Without a

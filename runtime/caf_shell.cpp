@@ -46,7 +46,7 @@
 #include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/admission.hpp"
+#include "actors/parts/admission.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
 #include "providers/crypto/identity.hpp"
@@ -211,7 +211,7 @@ public:
                   << sys_.render(h.error()) << "\n";
       return false;
     }
-    // The handshake (actors/admission.hpp): the node proves the secret
+    // The handshake (actors/parts/admission.hpp): the node proves the secret
     // first, so this shell proves nothing to something that does not know
     // it; then this shell proves it and gets the token every later request
     // carries. Without a secret on either side both prove the empty one.

@@ -17,7 +17,7 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "providers/libvirt/error.hpp"
-#include "support/ssh_host.hpp"
+#include "testbed/ssh_host.hpp"
 
 namespace egress::soak {
 

@@ -5,7 +5,7 @@
 //    its test driver and, in front of it, an sshd inside the namespace (the
 //    engine's only way in, so a partition cuts the engine off and nothing
 //    else). Domains are records; nothing boots.
-//  - vms: per host a whole KVM-host stand-in (support/local_host.hpp): the
+//  - vms: per host a whole KVM-host stand-in (testbed/local_host.hpp): the
 //    same namespace, libvirtd (QEMU, TCG) and sshd, plus a dir pool, an
 //    isolated VM network and the page the probes fetch. The proxies are the
 //    appliance, booted for real, and the images come from a mirror the
@@ -29,9 +29,9 @@
 #include "messages/config.hpp"
 #include "messages/types.hpp"
 #include "providers/libvirt/connection.hpp"
-#include "support/http_server.hpp"
-#include "support/local_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::soak {
 

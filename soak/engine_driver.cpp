@@ -19,7 +19,7 @@
 #include "messages/error.hpp"
 #include "runtime/config_dump.hpp"
 #include "runtime/engine.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::soak {
 

@@ -89,7 +89,7 @@ engine_config config_of(const declared_fleet& fleet,
     cfg.hosts.push_back(h->config());
   cfg.proxies = fleet.proxies();
   if (mirror) {
-    // As the e2e suite probes (tests/support/local_host.cpp): every host's
+    // As the e2e suite probes (testbed/local_host.cpp): every host's
     // VM network has the same subnet, each in its own namespace.
     cfg.images = mirror->images();
     cfg.poll_interval = 500ms;

@@ -51,7 +51,7 @@
 #include "soak/engine_driver.hpp"
 #include "soak/run.hpp"
 #include "soak/schedule.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace egress::soak;

@@ -18,7 +18,7 @@
 #include "soak/checker.hpp"
 #include "soak/fleet.hpp"
 #include "soak/nemesis.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::soak {
 

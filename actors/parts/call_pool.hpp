@@ -41,7 +41,7 @@ public:
   // defaults; a default pool admits nothing.
   struct limits {
     uint32_t max_calls = 0;
-    // libvirt connections per link, 1..max_calls (actors/transport_choice):
+    // libvirt connections per link, 1..max_calls (actors/parts/transport_choice):
     // max_calls where no two calls may share one, 1 where they may.
     uint32_t connections = 0;
     // Abandoned calls still running past which the link stays dead; 0:

@@ -22,7 +22,7 @@
 namespace egress::ssh {
 
 // What the host's config gives has no default here: the engine's options are
-// made from the config in one place (actors/transport_choice.cpp), whose
+// made from the config in one place (actors/parts/transport_choice.cpp), whose
 // defaults are the config's (messages/config.hpp); an option left unset is
 // refused by validate().
 struct session_options {

@@ -27,7 +27,7 @@
 
 namespace egress {
 
-// Made from the host's config in one place (actors/transport_choice.cpp),
+// Made from the host's config in one place (actors/parts/transport_choice.cpp),
 // with no defaults of its own: an option left unset is refused by validate().
 struct ssh_transport_options {
   /// The SSH server and how to reach it (providers/ssh/session.hpp).

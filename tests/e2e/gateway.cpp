@@ -1,6 +1,6 @@
 // The gateway end to end, with real VMs: the appliance's proxies booted by a
-// private libvirtd the engine reaches through SSH (support/local_host.hpp),
-// a private HAProxy on 127.0.0.1 (the shipped config, support/haproxy.hpp)
+// private libvirtd the engine reaches through SSH (testbed/local_host.hpp),
+// a private HAProxy on 127.0.0.1 (the shipped config, testbed/haproxy.hpp)
 // whose servers the engine keeps in step with the rotation, the VM network
 // made reachable for it as `make run` does (test::vm_network_route), and a
 // page on the VM network that answers with the exit a request came from.
@@ -15,10 +15,10 @@
 
 #include <caf/scoped_actor.hpp>
 
-#include "support/engine_fixture.hpp"
-#include "support/haproxy.hpp"
-#include "support/local_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/haproxy.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

@@ -11,10 +11,10 @@
 #include <fstream>
 
 #include "providers/mirror/sha256.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/http_server.hpp"
-#include "support/local_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

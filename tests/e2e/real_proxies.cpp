@@ -1,7 +1,7 @@
 // End to end with real VMs: the appliance (scripts/appliance/build: a Debian
 // kernel and a busybox + tinyproxy initramfs) booted under QEMU/TCG by a
 // private libvirtd that the engine reaches through its SSH link, on an
-// isolated libvirt network in a namespace (support/local_host.hpp). The
+// isolated libvirt network in a namespace (testbed/local_host.hpp). The
 // engine downloads the appliance from a local HTTP mirror, verifies it,
 // uploads it, creates the VMs, finds their leases and probes each proxy by
 // sending an HTTP request through it; the suite then sends its own request
@@ -15,9 +15,9 @@
 #include "providers/images/volume_names.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/provision/proxy_vm.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/local_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

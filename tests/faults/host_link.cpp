@@ -20,14 +20,14 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/link_call.hpp"
+#include "actors/parts/link_call.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/ssh_host.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::stop_on_exit;

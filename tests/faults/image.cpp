@@ -6,7 +6,7 @@
 // Real parts only: a private libvirtd (qemu driver, dir pools), an sshd inside
 // a network namespace reached over veth with the engine's own SSH transport
 // (partition() drops every packet there, so the TCP connection stays open and
-// silent), and the misbehaving HTTP server (tests/support/http_server.hpp).
+// silent), and the misbehaving HTTP server (testbed/http_server.hpp).
 //
 // What every case checks besides its outcome and error kind: no partial volume
 // is ever taken as ready (a fill after the fault transfers, it never reports
@@ -47,17 +47,17 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/image.hpp"
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "providers/images/fill.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/transport.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/http_server.hpp"
-#include "support/ssh_host.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::pattern;

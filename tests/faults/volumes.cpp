@@ -31,10 +31,10 @@
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "providers/libvirt/volumes.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/ssh_host.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::stop_on_exit;

@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "actors/admission.hpp"
-#include "actors/metrics_request.hpp"
+#include "actors/parts/admission.hpp"
+#include "actors/parts/metrics_request.hpp"
 #include "runtime/config_text.hpp"
 
 namespace egress::fuzz {
@@ -24,7 +24,7 @@ inline void config_text(const uint8_t* data, size_t size) {
     (void) err;
 }
 
-/// A metrics client's request (actors/metrics_request.hpp): every split of
+/// A metrics client's request (actors/parts/metrics_request.hpp): every split of
 /// the bytes into a prefix that arrived so far must give a sane verdict.
 inline void scrape_request(const uint8_t* data, size_t size) {
   std::string_view all(reinterpret_cast<const char*>(data), size);
@@ -39,7 +39,7 @@ inline void scrape_request(const uint8_t* data, size_t size) {
   }
 }
 
-/// A hello's fields (actors/admission.hpp), split from the bytes at NULs:
+/// A hello's fields (actors/parts/admission.hpp), split from the bytes at NULs:
 /// a party nonce, then a node nonce, a party nonce and a proof, then a token.
 inline void hello(const uint8_t* data, size_t size) {
   static admission gate{"correct horse battery staple"};

@@ -11,8 +11,8 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

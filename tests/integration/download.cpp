@@ -1,6 +1,6 @@
 #define BOOST_TEST_MODULE download
 // Image downloads (providers/mirror) against a real HTTP/1.1 server on
-// 127.0.0.1 that misbehaves on request (tests/support/http_server), and
+// 127.0.0.1 that misbehaves on request (testbed/http_server), and
 // against files. Every download is read to its end as lv::upload_volume
 // would, then destroyed; after each one the process's threads and fds are
 // back at their baseline. Needs no root and no daemon.
@@ -23,9 +23,9 @@
 #include "providers/libvirt/volumes.hpp"
 #include "providers/mirror/download.hpp"
 #include "providers/mirror/sha256.hpp"
-#include "support/http_server.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::pattern;

@@ -20,10 +20,10 @@
 #include "providers/images/volume_names.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/transport.hpp"
-#include "support/disk_images.hpp"
-#include "support/http_server.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/disk_images.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::pattern;

@@ -18,11 +18,11 @@
 #include "providers/libvirt/domains.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/provision/proxy_vm.hpp"
-#include "support/disk_images.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/http_server.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/disk_images.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::stop_on_exit;

@@ -19,10 +19,10 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
-#include "support/engine_fixture.hpp"
-#include "support/haproxy.hpp"
-#include "support/probe_bed.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/haproxy.hpp"
+#include "testbed/probe_bed.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

@@ -16,15 +16,15 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/link_call.hpp"
-#include "actors/transport_choice.hpp"
+#include "actors/parts/link_call.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "providers/ssh/ssh_transport.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/ssh_host.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

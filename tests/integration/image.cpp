@@ -21,10 +21,10 @@
 #include "messages/error.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/mirror/sha256.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/http_server.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::ms_of;

@@ -24,7 +24,7 @@
 
 #include "messages/error.hpp"
 #include "providers/probe/probe.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

@@ -36,7 +36,7 @@
 
 #include <dirent.h>
 
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "providers/ssh/bridge.hpp"
 #include "providers/ssh/ssh_transport.hpp"
@@ -462,7 +462,7 @@ struct sshd_env {
   }
 
   // The engine's defaults for this host, as a config with these keys gives
-  // them (the one place options are made: actors/transport_choice.cpp).
+  // them (the one place options are made: actors/parts/transport_choice.cpp).
   ssh_transport_options options() const {
     host_config h;
     h.name = "testhost";

@@ -8,7 +8,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace tb = egress::testbed;
 namespace fs = std::filesystem;

@@ -28,9 +28,10 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/volumes.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using test::pattern;
@@ -127,17 +128,8 @@ struct daemons {
   std::string file_of(const std::string& volume) const { return pool_dir + "/" + volume; }
 
   host_config host() const {
-    host_config h = test::test_host("hv1", "qemu:///system");
-    h.domain_type = "qemu";
-    h.transport = "ssh";
-    h.address = ssh.address();
-    h.port = static_cast<uint32_t>(ssh.port());
-    h.user = ssh.user();
-    h.key_file = ssh.client_key();
-    h.known_hosts = ssh.known_hosts();
-    h.remote_socket = lv.socket_path();
+    auto h = test::ssh_host(ssh, lv, "hv1", "qemu:///system");
     h.call_budget = 30s;
-    h.connect_timeout = 5s;
     return h;
   }
 };

@@ -14,9 +14,9 @@
 
 #include <caf/scoped_actor.hpp>
 
-#include "support/caf_run_process.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/testbed.hpp"
+#include "testbed/caf_run_process.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

@@ -20,10 +20,10 @@
 #include <caf/scoped_actor.hpp>
 
 #include "providers/mirror/sha256.hpp"
-#include "support/caf_run_process.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/http_server.hpp"
-#include "support/testbed.hpp"
+#include "testbed/caf_run_process.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/http_server.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

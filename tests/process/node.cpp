@@ -22,9 +22,9 @@
 
 #include "providers/crypto/identity.hpp"
 #include "runtime/engine.hpp"
-#include "support/caf_run_process.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/testbed.hpp"
+#include "testbed/caf_run_process.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

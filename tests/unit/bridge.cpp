@@ -13,7 +13,7 @@
 #include "messages/error.hpp"
 #include "providers/ssh/bridge.hpp"
 #include "providers/ssh/kill_switch.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using egress::ssh::bridge_socket;

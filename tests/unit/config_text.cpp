@@ -11,7 +11,7 @@
 
 #include "messages/error.hpp"
 #include "runtime/config_text.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using namespace std::string_literals;

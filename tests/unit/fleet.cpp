@@ -10,13 +10,13 @@
 #include <caf/send.hpp>
 
 #include "actors/proxy.hpp"
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "base/ids.hpp"
 #include "base/time_text.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
-#include "support/engine_fixture.hpp"
+#include "testbed/engine_fixture.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

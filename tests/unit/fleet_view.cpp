@@ -1,5 +1,5 @@
 #define BOOST_TEST_MODULE fleet_view
-// The fleet's view of its actors (actors/fleet_view.hpp), without actors:
+// The fleet's view of its actors (actors/parts/fleet_view.hpp), without actors:
 // what a sequence of pushes makes of the status, the watch events and the
 // Prometheus text.
 #include <boost/test/unit_test.hpp>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/fleet_view.hpp"
+#include "actors/parts/fleet_view.hpp"
 
 using namespace egress;
 

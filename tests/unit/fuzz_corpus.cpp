@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fuzz/targets.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace fs = std::filesystem;
 

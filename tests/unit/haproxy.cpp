@@ -18,9 +18,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "actors/metrics_request.hpp"
-#include "support/engine_fixture.hpp"
-#include "actors/rotation_book.hpp"
+#include "actors/parts/metrics_request.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "actors/parts/rotation_book.hpp"
 #include "messages/error.hpp"
 #include "providers/haproxy/runtime_api.hpp"
 #include "providers/haproxy/servers.hpp"

@@ -17,7 +17,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/health.hpp"
-#include "support/det_fixture.hpp"
+#include "testbed/det_fixture.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

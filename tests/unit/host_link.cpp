@@ -17,11 +17,11 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/host_link.hpp"
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
-#include "support/det_fixture.hpp"
-#include "support/test_transport.hpp"
+#include "testbed/det_fixture.hpp"
+#include "testbed/test_transport.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

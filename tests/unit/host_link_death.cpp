@@ -15,8 +15,8 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
-#include "support/engine_fixture.hpp"
-#include "support/test_transport.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/test_transport.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

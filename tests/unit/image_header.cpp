@@ -9,10 +9,10 @@
 
 #include "messages/error.hpp"
 #include "providers/images/image_header.hpp"
-#include "support/disk_images.hpp"
-#include "support/local_host.hpp"
-#include "support/test_data.hpp"
-#include "support/testbed.hpp"
+#include "testbed/disk_images.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/test_data.hpp"
+#include "testbed/testbed.hpp"
 
 using namespace egress;
 using images::check_header;

@@ -17,11 +17,11 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/admission.hpp"
+#include "actors/parts/admission.hpp"
 #include "actors/health.hpp"
 #include "actors/inspector.hpp"
 #include "providers/crypto/secret.hpp"
-#include "support/engine_fixture.hpp"
+#include "testbed/engine_fixture.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

@@ -1,5 +1,5 @@
 // The node actor (actors/node) in this process: admission by token, not by
-// sender (actors/admission.hpp).
+// sender (actors/parts/admission.hpp).
 #define BOOST_TEST_MODULE node
 #include <boost/test/unit_test.hpp>
 
@@ -11,11 +11,11 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/admission.hpp"
+#include "actors/parts/admission.hpp"
 #include "actors/health.hpp"
 #include "actors/inspector.hpp"
 #include "providers/crypto/secret.hpp"
-#include "support/engine_fixture.hpp"
+#include "testbed/engine_fixture.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

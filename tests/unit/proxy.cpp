@@ -14,7 +14,7 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
-#include "support/engine_fixture.hpp"
+#include "testbed/engine_fixture.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

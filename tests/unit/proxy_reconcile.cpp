@@ -14,7 +14,7 @@
 
 #include "actors/proxy.hpp"
 #include "messages/error.hpp"
-#include "support/det_fixture.hpp"
+#include "testbed/det_fixture.hpp"
 
 using namespace egress;
 using namespace std::chrono_literals;

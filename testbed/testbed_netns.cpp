@@ -4,7 +4,7 @@
 // address or route of this machine. Parallel tests may race for a slot: each
 // one adds its address, then looks for another interface holding one in the
 // same /30 and moves on if it finds one (at worst both move; never both stay).
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 #include <atomic>
 #include <cstdint>

@@ -19,7 +19,7 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "runtime/engine.hpp"
-#include "support/test_config.hpp"
+#include "testbed/test_config.hpp"
 
 namespace egress::test {
 

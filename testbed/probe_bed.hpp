@@ -3,7 +3,7 @@
 // libvirtd serving its test driver, a real sshd in a network namespace in
 // front of it (the engine's SSH link), and in that namespace a real
 // tinyproxy on each address libvirt reports for a proxy
-// (support/vm_network.hpp), which the engine's probes reach through the
+// (testbed/vm_network.hpp), which the engine's probes reach through the
 // host as they would reach VMs. Root only: without it the process exits 77
 // (skipped). Free of Boost.Test: bench/gateway uses it too.
 
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "runtime/engine.hpp"
-#include "support/ssh_host.hpp"
-#include "support/test_config.hpp"
-#include "support/testbed.hpp"
-#include "support/vm_network.hpp"
+#include "testbed/ssh_host.hpp"
+#include "testbed/test_config.hpp"
+#include "testbed/testbed.hpp"
+#include "testbed/vm_network.hpp"
 
 namespace egress::test {
 

@@ -23,9 +23,9 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "support/engine_fixture.hpp"
-#include "support/http_get.hpp"
-#include "support/testbed.hpp"
+#include "testbed/engine_fixture.hpp"
+#include "testbed/http_get.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::test {
 

@@ -25,7 +25,7 @@
 // mount, and proxies booted after a libvirtd restart never got addresses.
 // On a real host a restarted libvirtd sees the same /run and /var as its
 // dnsmasq; entering the holder's namespace gives the test bed that too.
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 #include <filesystem>
 #include <sstream>

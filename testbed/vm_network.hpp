@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::test {
 
@@ -55,7 +55,7 @@ public:
     add_address(address);
     auto conf = dir_ / ("tinyproxy-" + address + ".conf");
     // Bind: its requests leave from its own address, so the page sees
-    // which exit carried a request (support/haproxy.hpp's exit_target).
+    // which exit carried a request (testbed/haproxy.hpp's exit_target).
     testbed::write_file(conf, "Port " + std::to_string(port) + "\n"
                               "Listen " + address + "\n"
                               "Bind " + address + "\n"

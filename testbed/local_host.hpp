@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "messages/config.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::test {
 

@@ -1,8 +1,8 @@
 
 #include <stdexcept>
 
-#include "support/disk_images.hpp"
-#include "support/testbed.hpp"
+#include "testbed/disk_images.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::test {
 

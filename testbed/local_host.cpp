@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "support/local_host.hpp"
-#include "support/ssh_host.hpp"
+#include "testbed/local_host.hpp"
+#include "testbed/ssh_host.hpp"
 
 namespace egress::test {
 

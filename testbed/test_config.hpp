@@ -1,7 +1,7 @@
 #pragma once
 // The configs the suites start from: a host on libvirt's test driver, a
 // proxy on it, an engine config with fast timers. Free of Boost.Test, so
-// the benchmarks use them too (support/probe_bed.hpp).
+// the benchmarks use them too (testbed/probe_bed.hpp).
 
 #include <chrono>
 #include <string>
@@ -40,7 +40,7 @@ inline engine_config test_config(std::string entry = "unit") {
   c.redial_max = std::chrono::milliseconds(200);
   // Test-driver addresses are made up: behind an sshd on this machine's
   // loopback a probe would go to whatever really has them. Suites that
-  // probe turn it on inside a namespace (support/probe_bed.hpp).
+  // probe turn it on inside a namespace (testbed/probe_bed.hpp).
   c.probe.mode = "off";
   // Off unless a suite tests it: several hosts of one suite often
   // share one test-driver state, and a pass at start adds a call that

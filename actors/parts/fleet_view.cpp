@@ -1,4 +1,4 @@
-#include "actors/fleet_view.hpp"
+#include "actors/parts/fleet_view.hpp"
 
 #include <cstdlib>
 #include <tuple>

@@ -6,7 +6,7 @@
 // threads, Boost.Test handlers) and close every inherited fd, so a daemon
 // never holds one of the test's sockets open. Between fork and exec the
 // child only makes async-signal-safe calls: the test is multithreaded.
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 #include <cerrno>
 #include <csignal>

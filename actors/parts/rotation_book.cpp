@@ -1,4 +1,4 @@
-#include "actors/rotation_book.hpp"
+#include "actors/parts/rotation_book.hpp"
 
 #include <nlohmann/json.hpp>
 

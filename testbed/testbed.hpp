@@ -18,7 +18,7 @@
 // firewall rules are tagged "egress-test-<pid>" and removed; every
 // destructor removes what its constructor made. Leftovers of a test that was
 // SIGKILLed are reaped by sweep_stale() (called by require_root_or_skip())
-// or scripts/testbed/sweep.sh.
+// or build/testbed-sweep (testbed/sweep_stale.cpp).
 
 #include <chrono>
 #include <csignal>

@@ -3,7 +3,7 @@
 // It runs in a private mount namespace with overlays on /run and /var:
 // privilege separation needs /run/sshd, and sessions may write wtmp/lastlog,
 // and neither should appear on the host. See below for /etc/shadow.
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 #include <stdexcept>
 #include <thread>

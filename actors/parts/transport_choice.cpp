@@ -1,4 +1,4 @@
-#include "actors/transport_choice.hpp"
+#include "actors/parts/transport_choice.hpp"
 
 #include <algorithm>
 #include <chrono>

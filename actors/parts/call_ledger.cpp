@@ -1,4 +1,4 @@
-#include "actors/call_ledger.hpp"
+#include "actors/parts/call_ledger.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -2,7 +2,7 @@
 // The rotation as its consumers see it (GET /rotation, the gateway, caf-shell
 // watch): which proxies are in it, with where to reach them, and a
 // generation that grows by one with every join and every leave. A plain
-// class the fleet's view owns (actors/fleet_view.hpp), tested without
+// class the fleet's view owns (actors/parts/fleet_view.hpp), tested without
 // actors (tests/unit/fleet_view.cpp, tests/unit/haproxy.cpp).
 //
 // The health actor decides who is healthy; the book adds what the consumers

@@ -1,6 +1,6 @@
 // The skip rule (exit 77 when the machine can't host the test bed) and the
 // sweeper for what killed test processes left behind.
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 #include <cerrno>
 #include <cstdio>

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "messages/config.hpp"
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::test {
 

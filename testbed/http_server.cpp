@@ -1,4 +1,4 @@
-#include "support/http_server.hpp"
+#include "testbed/http_server.hpp"
 
 #include <algorithm>
 #include <cctype>

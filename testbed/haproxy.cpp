@@ -1,6 +1,6 @@
 // A private HAProxy and the exits' page (see haproxy.hpp).
 
-#include "support/haproxy.hpp"
+#include "testbed/haproxy.hpp"
 
 #include <cerrno>
 #include <cstdio>

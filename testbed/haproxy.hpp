@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "support/testbed.hpp"
+#include "testbed/testbed.hpp"
 
 namespace egress::test {
 

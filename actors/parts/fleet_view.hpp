@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/rotation_book.hpp"
+#include "actors/parts/rotation_book.hpp"
 #include "messages/types.hpp"
 
 namespace egress {

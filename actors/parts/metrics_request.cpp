@@ -1,4 +1,4 @@
-#include "actors/metrics_request.hpp"
+#include "actors/parts/metrics_request.hpp"
 
 #include <algorithm>
 #include <charconv>
