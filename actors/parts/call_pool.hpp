@@ -72,8 +72,6 @@ public:
 
   explicit basic_call_pool(limits l = {}) : limits_(l) {}
 
-  const limits& bounds() const noexcept { return limits_; }
-
   // -- the queue ----------------------------------------------------------------
 
   void enqueue(call_job job, Promise rp) {

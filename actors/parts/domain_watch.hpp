@@ -52,7 +52,6 @@ public:
   }
 
   bool empty() const noexcept { return watchers_.empty(); }
-  size_t size() const noexcept { return watchers_.size(); }
 
   /// A watching proxy names its MACs and whether it waits for an address.
   after_note note(address_watch& w);

@@ -47,6 +47,11 @@ struct book {
   }
 };
 
+uint32_t count_of(const std::map<std::string, uint32_t>& m, const std::string& key) {
+  auto i = m.find(key);
+  return i == m.end() ? 0u : i->second;
+}
+
 std::string zone_of(const std::map<std::string, placement_host>& hosts, const std::string& host) {
   auto h = hosts.find(host);
   return h == hosts.end() || h->second.zone.empty() ? "host:" + host : h->second.zone;
@@ -64,12 +69,8 @@ std::pair<std::string, std::string> choose(const placement_group& g, const book&
       why += (why.empty() ? "" : ", ") + host + ": " + no;
       continue;
     }
-    auto count = [](const auto& m, const std::string& k) {
-      auto it = m.find(k);
-      return it == m.end() ? 0u : it->second;
-    };
     auto u = b.used.find(host);
-    std::tuple key{count(of_group, host), count(of_zone, zone_of(b.hosts, host)),
+    std::tuple key{count_of(of_group, host), count_of(of_zone, zone_of(b.hosts, host)),
                    u == b.used.end() ? 0u : u->second.members, i};
     if (best.empty() || key < best_key) {
       best = host;
