@@ -418,6 +418,12 @@ void tell_health(fleet_pointer self, const proxy_status& s) {
 void collect_on(fleet_pointer self, const host_config& h,
                 std::function<void(gc_report*)> done) {
   auto& st = self->state;
+  if (!st.groups.settled(h.name)) {
+    // A member found there and not placed yet is not garbage.
+    st.gc_owed.insert(h.name);
+    done(nullptr);
+    return;
+  }
   provision::gc_request req;
   req.entry = st.cfg.entry;
   req.host = h.name;
@@ -527,43 +533,38 @@ bool vm_replaced(const engine_config& from, const engine_config& to, const confi
   });
 }
 
-caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
+// Whether `name` leaves a host that is down for another: nothing there can
+// be drained or serves, so its new VM is not kept waiting for a drain.
+bool leaves_down_host(fleet_pointer self, const engine_config& next, const std::string& name) {
+  auto before = by_name(self->state.cfg.proxies, name);
+  auto after = by_name(next.proxies, name);
+  if (!before || !after || before->host == after->host)
+    return false;
+  auto& links = self->state.view.links();
+  auto l = links.find(before->host);
+  return l == links.end() || l->second.state != link_state::up;
+}
+
+// Runs `next` (a config as it runs: members placed) as the difference from
+// the current one: retire first, then build (a changed host's proxies need
+// its new link). A proxy whose VM goes (removed) or is replaced (its spec or
+// an image changed) is drained in the gateway first and retired after; one
+// whose host settings alone changed keeps its VM (adopted by the new
+// actor).
+config_diff converge(fleet_pointer self, engine_config next) {
   auto& st = self->state;
-  if (auto err = validate(next))
-    return err;
-  next.node = node_name(next);
-  if (next.entry != st.cfg.entry)
-    return make_error(ec::config_invalid,
-                      (next.config_file.empty() ? std::string{} : next.config_file + ": ")
-                        + "engine.entry: cannot change from \"" + st.cfg.entry + "\" to \""
-                        + next.entry + "\" while running (the entry owns every VM's mark); "
-                        "restart the engine instead");
-  // Who this node is and whom it connects to are settled at start (the
-  // node actor dials its peers once and keeps redialing them).
-  // So are the listener and its credentials: a reload that seemed to
-  // rotate a leaked secret but left the old one valid would be worse than a
-  // refusal.
-  const char* fixed = next.node != st.cfg.node                      ? "engine.node"
-                      : next.peers != st.cfg.peers                  ? "engine.peers"
-                      : next.inspect != st.cfg.inspect              ? "engine.inspect"
-                      : next.inspect_secret != st.cfg.inspect_secret ? "engine.inspect.secret-file"
-                      : next.tls != st.cfg.tls                      ? "openssl"
-                                                                    : nullptr;
-  if (fixed)
-    return make_error(ec::config_invalid,
-                      (next.config_file.empty() ? std::string{} : next.config_file + ": ")
-                        + fixed + ": cannot change while running; restart the engine instead");
   auto d = diff(st.cfg, next);
-  // Retire first, then build: a changed host's proxies need its new link.
-  // A proxy whose VM goes (removed) or is replaced (its spec or an image
-  // changed) is drained in the gateway first and retired after; one whose
-  // host settings alone changed keeps its VM (adopted by the new actor).
   std::vector<std::string> to_drain = d.proxies_removed;
+  std::vector<std::string> moved; // off a host that is down: made anew at once
   for (auto& name : d.proxies_changed)
-    if (vm_replaced(st.cfg, next, d, name))
+    if (leaves_down_host(self, next, name))
+      moved.push_back(name);
+    else if (vm_replaced(st.cfg, next, d, name))
       to_drain.push_back(name);
     else
       retire_proxy(self, name);
+  for (auto& name : moved)
+    retire_proxy(self, name);
   auto gone_hosts = d.hosts_removed;
   gone_hosts.insert(gone_hosts.end(), d.hosts_changed.begin(), d.hosts_changed.end());
   retire_images(self, d.images_changed, gone_hosts);
@@ -604,12 +605,70 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
       collect_on(self, *h, [](gc_report*) {});
     }
   });
+  return d;
+}
+
+bool in_rotation(fleet_pointer self, const std::string& name) {
+  return self->state.view.rotation().contains(name);
+}
+
+caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
+  auto& st = self->state;
+  if (auto err = validate(next))
+    return err;
+  next.node = node_name(next);
+  if (next.entry != st.cfg.entry)
+    return make_error(ec::config_invalid,
+                      (next.config_file.empty() ? std::string{} : next.config_file + ": ")
+                        + "engine.entry: cannot change from \"" + st.cfg.entry + "\" to \""
+                        + next.entry + "\" while running (the entry owns every VM's mark); "
+                        "restart the engine instead");
+  // Who this node is and whom it connects to are settled at start (the
+  // node actor dials its peers once and keeps redialing them).
+  // So are the listener and its credentials: a reload that seemed to
+  // rotate a leaked secret but left the old one valid would be worse than a
+  // refusal.
+  const char* fixed = next.node != st.cfg.node                      ? "engine.node"
+                      : next.peers != st.cfg.peers                  ? "engine.peers"
+                      : next.inspect != st.cfg.inspect              ? "engine.inspect"
+                      : next.inspect_secret != st.cfg.inspect_secret ? "engine.inspect.secret-file"
+                      : next.tls != st.cfg.tls                      ? "openssl"
+                                                                    : nullptr;
+  if (fixed)
+    return make_error(ec::config_invalid,
+                      (next.config_file.empty() ? std::string{} : next.config_file + ": ")
+                        + fixed + ": cannot change while running; restart the engine instead");
+  st.declared = next;
+  st.groups.configure(next, std::chrono::steady_clock::now());
+  st.groups.step(std::chrono::steady_clock::now(),
+                 [self](const std::string& n) { return in_rotation(self, n); });
+  auto d = converge(self, with_members(next, st.groups));
   st.view.reload_applied(d.summary());
   log::info(to_string(actor_kind::fleet), "reload " + st.view.last_reload());
   if (st.cfg.gc)
     run_gc(self);
+  remove_stale(self);
   return d.summary();
 }
+
+} // namespace
+
+void regroup(fleet_pointer self) {
+  auto& st = self->state;
+  auto now = std::chrono::steady_clock::now();
+  if (st.stopping || !st.groups.due(now))
+    return;
+  if (st.groups.step(now, [self](const std::string& n) { return in_rotation(self, n); })) {
+    auto d = converge(self, with_members(st.declared, st.groups));
+    log::info(to_string(actor_kind::fleet), "placed group members: " + d.summary());
+  }
+  remove_stale(self);
+}
+
+namespace {
+
+// The placement's tick: a lost host is noticed within it.
+constexpr auto place_tick = std::chrono::seconds(1);
 
 // Out of the gateway first; then the proxy deletes its VM and quits. It is
 // forgotten at once, so that status and shutdown no longer wait for it.
@@ -683,6 +742,9 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
   if (!st.hooks.make_prober)
     st.hooks.make_prober = prober_for;
   st.book = std::make_shared<host_book>();
+  // Members are placed once their hosts are surveyed (regroup).
+  st.declared = st.cfg;
+  st.groups.configure(st.declared, std::chrono::steady_clock::now());
   for (auto& h : st.cfg.hosts)
     spawn_link(self, h);
   spawn_health(self);
@@ -695,6 +757,7 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
                        + " proxy(ies)");
   if (st.cfg.gc)
     self->send(self, atom::gc_v, atom::poll_v);
+  self->send(self, atom::place_v, atom::poll_v);
 }
 
 // A watcher or a follower that went away (a shell that quit or lost its
@@ -750,6 +813,26 @@ void take_proxy_status(fleet_pointer self, proxy_status& s) {
   record(self, std::move(s));
 }
 
+// A link's push: the health actor, owed collections and the group book
+// hear of it; a link that came up is surveyed.
+void take_link_status(fleet_pointer self, link_status& s) {
+  auto& st = self->state;
+  // A retired link's last words are not news.
+  if (!st.links.contains(s.host))
+    return;
+  self->send(st.health, s);
+  collect_owed(self, s);
+  auto seen = st.view.links().find(s.host);
+  bool came_up = s.state == link_state::up
+                 && (seen == st.view.links().end() || seen->second.state != link_state::up);
+  auto host = s.host;
+  st.groups.link_changed(host, s.state, std::chrono::steady_clock::now());
+  record(self, std::move(s));
+  if (came_up)
+    survey_host(self, host);
+  regroup(self);
+}
+
 } // namespace
 
 fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
@@ -760,7 +843,10 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     [self](atom::ls) { return directory_of(self->state); },
     [self](atom::status) {
       auto& st = self->state;
-      return st.view.status(st.cfg.node, st.cfg.entry);
+      auto out = st.view.status(st.cfg.node, st.cfg.entry);
+      out.groups = st.groups.status();
+      out.replacements = st.groups.replacements();
+      return out;
     },
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
       auto i = self->state.links.find(host);
@@ -784,6 +870,11 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       return rp;
     },
     [self](atom::gc, atom::poll) { gc_tick(self); },
+    [self](atom::place, atom::poll) {
+      regroup(self);
+      if (!self->state.stopping)
+        self->delayed_send(self, place_tick, atom::place_v, atom::poll_v);
+    },
     [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
       if (!self->state.proxies.contains(name))
         return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
@@ -817,18 +908,14 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       shut_down(self);
       return true;
     },
-    [self](atom::metrics) { return self->state.view.metrics(); },
+    [self](atom::metrics) {
+      auto& st = self->state;
+      return st.view.metrics() + group_metrics(st.groups.status(), st.groups.replacements());
+    },
     [self](link_down& ev) {
       log::warn(to_string(actor_kind::fleet), "link_down " + ev.host + ": " + ev.reason);
     },
-    [self](link_status& s) {
-      // A retired link's last words are not news.
-      if (!self->state.links.contains(s.host))
-        return;
-      self->send(self->state.health, s);
-      collect_owed(self, s);
-      record(self, std::move(s));
-    },
+    [self](link_status& s) { take_link_status(self, s); },
     [self](proxy_status& s) { take_proxy_status(self, s); },
     [self](image_status& s) {
       if (!self->state.images.contains(s.image + "@" + s.host))

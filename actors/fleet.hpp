@@ -15,6 +15,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/parts/fleet_view.hpp"
+#include "actors/parts/group_book.hpp"
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
@@ -44,7 +45,8 @@ struct host_book {
 
 struct fleet_state {
   std::string name = to_string(actor_kind::fleet);
-  engine_config cfg;
+  engine_config declared; // as the operator wrote it
+  engine_config cfg;      // as it runs: `declared` with each placed group member a proxy
   fleet_hooks hooks;
   std::map<std::string, host_link_actor> links;
   std::map<std::string, proxy_actor> proxies;
@@ -66,6 +68,9 @@ struct fleet_state {
   fleet_view view; // the pushes, the metrics' counters, the events
   bool gc_done = false; // the first pass after start succeeded everywhere
   std::set<std::string> gc_owed; // hosts whose last collection failed
+  group_book groups;               // where group members run (fleet_groups.cpp)
+  std::set<std::string> surveying; // hosts whose survey is in flight
+  std::set<std::string> removing;  // hosts whose stale copies are being removed
   bool stopping = false;
 };
 
@@ -80,6 +85,23 @@ std::vector<directory_row> directory_of(const fleet_state& st);
 /// How long a proxy waits for its link's answer: a dial, a wait in the queue
 /// behind one full budget, the call's own budget, and a second of slack.
 caf::timespan caller_timeout(const host_config& host);
+
+// -- proxy groups (fleet_groups.cpp) ---------------------------------------------
+
+/// `declared` with each member the book placed as a proxy on its host.
+engine_config with_members(const engine_config& declared, const group_book& book);
+
+/// Reads the marked domains and free memory of a host whose link came up,
+/// then places (regroup).
+void survey_host(fleet_pointer self, const std::string& host);
+
+/// Removes the copies of members that run on other hosts now from the
+/// hosts that are up.
+void remove_stale(fleet_pointer self);
+
+/// Places group members if anything changed (fleet.cpp): the book decides,
+/// the fleet converges on the result as after a reload.
+void regroup(fleet_pointer self);
 
 /// What a reload changes, by name: computed before anything is touched.
 struct config_diff {

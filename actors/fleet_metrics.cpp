@@ -244,4 +244,32 @@ std::string fleet_view::metrics() const {
   return x.take();
 }
 
+std::string group_metrics(const std::vector<group_status>& groups, uint64_t replacements) {
+  exposition x;
+  if (groups.empty())
+    return {};
+  x.family("egress_group_members", "gauge", "Placed members of each proxy group, by host.");
+  for (auto& g : groups)
+    for (auto& [host, n] : g.per_host)
+      x.sample("egress_group_members", kv("group", g.name) + "," + kv("host", host),
+               static_cast<double>(n));
+  x.family("egress_group_unplaced", "gauge",
+           "Members of each proxy group that no host can take now (status says why).");
+  for (auto& g : groups)
+    x.sample("egress_group_unplaced", kv("group", g.name),
+             static_cast<double>(g.count - std::min(g.count, g.placed)));
+  x.family("egress_group_replacing", "gauge",
+           "Members placed again off a lost host and not in the rotation yet.");
+  for (auto& g : groups)
+    x.sample("egress_group_replacing", kv("group", g.name), static_cast<double>(g.replacing));
+  x.family("egress_group_held", "gauge",
+           "1 while more than half of a group's hosts are down and nothing of it is placed.");
+  for (auto& g : groups)
+    x.sample("egress_group_held", kv("group", g.name), g.held.empty() ? 0 : 1);
+  x.family("egress_group_replacements_total", "counter",
+           "Members placed again off lost hosts so far.");
+  x.sample("egress_group_replacements_total", "", static_cast<double>(replacements));
+  return x.take();
+}
+
 } // namespace egress

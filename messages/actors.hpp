@@ -251,6 +251,9 @@ using fleet_actor = status_interface<fleet_status>::extend<
   // Internal: the collection schedule (retried until a pass succeeded on
   // every host, then periodic).
   caf::reacts_to<atom::gc, atom::poll>,
+  // Internal: the placement tick (group members placed anew, or again off
+  // a lost host).
+  caf::reacts_to<atom::place, atom::poll>,
   // The Prometheus text exposition of the fleet's metrics (fleet_metrics.cpp).
   caf::replies_to<atom::metrics>::with<std::string>,
   // Adds a subscriber for rotation changes.

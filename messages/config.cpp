@@ -215,6 +215,9 @@ void check_host(problems& out, const std::string& path, const host_config& h,
     out.add(at(path, "console-log-dir"),
             "expected an absolute path without spaces or '..', got " + quote(d));
   check_range(out, at(path, "max-calls"), h.max_calls, max_calls_range);
+  check_range(out, at(path, "max-proxies"), h.max_proxies, max_proxies_range);
+  if (!h.zone.empty())
+    add_if(out, at(path, "zone"), egress::check_tag(at(path, "zone"), h.zone));
   check_positive(out, at(path, "call-budget"), h.call_budget);
   check_positive(out, at(path, "connect-timeout"), h.connect_timeout);
   check_transport(out, path, h);
@@ -454,6 +457,116 @@ void check_gateway(problems& out, const gateway_config& g) {
                                           + duration_text(g.resync_interval));
 }
 
+
+// What a proxy or a group's members run: kernel options, the declared
+// images in the formats their roles need, what goes into the seed, and a
+// pool on each host that keeps an image (`hosts`: the proxy's, or every one
+// of the group's).
+void check_vm(problems& out, const std::string& path, const proxy_spec& p,
+              const std::vector<std::string>& on, const engine_config& cfg,
+              const std::map<std::string, std::string>& images) {
+  if (p.kernel.empty() && !p.initrd.empty())
+    out.add(at(path, "initrd"), "needs a kernel (set kernel too)");
+  if (p.kernel.empty() && !p.cmdline.empty())
+    out.add(at(path, "cmdline"), "needs a kernel (set kernel too)");
+  bool printable = std::all_of(p.cmdline.begin(), p.cmdline.end(),
+                               [](unsigned char c) { return c >= 0x20 && c < 0x7f; });
+  if (!printable || p.cmdline.size() > 2048)
+    out.add(at(path, "cmdline"), "must be printable ASCII, at most 2048 bytes");
+  if (p.image.empty() && p.kernel.empty())
+    return;
+  // Each image a proxy names must be declared, and of the format its role
+  // needs: a disk is qcow2 or raw, a kernel a kernel, an initrd an initrd.
+  bool all_declared = true;
+  for (auto [key, name, formats, wanted] :
+       {std::tuple{"image", &p.image, " qcow2 raw ", "qcow2 or raw"},
+        std::tuple{"kernel", &p.kernel, " kernel ", "kernel"},
+        std::tuple{"initrd", &p.initrd, " initrd ", "initrd"}}) {
+    if (name->empty())
+      continue;
+    if (!images.contains(*name)) {
+      std::vector<std::string> declared;
+      for (auto& entry : images)
+        declared.push_back(entry.first);
+      out.add(at(path, key), "undeclared image " + quote(*name) + " (declared images: "
+                               + (declared.empty() ? std::string{"none"} : join(declared))
+                               + ")");
+      all_declared = false;
+      continue;
+    }
+    for (auto& img : cfg.images)
+      if (img.name == *name
+          && std::string_view{formats}.find(" " + img.format + " ") == std::string_view::npos)
+        out.add(at(path, key), "image " + quote(*name) + " has format " + quote(img.format)
+                                 + "; " + key + " needs " + wanted);
+  }
+  if (!all_declared)
+    return;
+  // What goes into the VM's seed, checked by the rule the seed uses.
+  add_if(out, at(path, "allow-from"), egress::check_cidr(at(path, "allow-from"), p.allow_from));
+  for (auto& h : cfg.hosts)
+    if (contains(on, h.name) && h.pool.empty()) {
+      auto key = p.image.empty() ? "kernel" : "image";
+      out.add(at(path, key), "host " + quote(h.name) + " has no pool to keep image "
+                               + quote(p.image.empty() ? p.kernel : p.image)
+                               + " in (set its pool)");
+    }
+}
+
+void check_group(problems& out, const std::string& path, const group_config& g,
+                 const std::map<std::string, std::string>& hosts,
+                 std::map<std::string, std::string>& names) {
+  check_name(out, at(path, "name"), g.name);
+  check_unique(out, at(path, "name"), "group name", g.name, path, names);
+  // The longest member's name must be a name too (a domain is named by it).
+  if (!g.name.empty() && g.count > 0)
+    check_name(out, at(path, "name"), g.name + "-" + std::to_string(g.count));
+  check_range(out, at(path, "count"), g.count, group_count_range);
+  check_range(out, at(path, "max-surge"), g.max_surge, max_surge_range);
+  if (g.hosts.empty())
+    out.add(at(path, "hosts"), "must name at least one host");
+  for (size_t j = 0; j < g.hosts.size(); ++j) {
+    auto key = at(at(path, "hosts"), j);
+    if (!hosts.contains(g.hosts[j])) {
+      std::vector<std::string> declared;
+      for (auto& entry : hosts)
+        declared.push_back(entry.first);
+      out.add(key, "undeclared host " + quote(g.hosts[j]) + " (declared hosts: "
+                     + join(declared) + ")");
+    } else if (std::find(g.hosts.begin(), g.hosts.begin() + j, g.hosts[j])
+               != g.hosts.begin() + j) {
+      out.add(key, "host " + quote(g.hosts[j]) + " is named twice");
+    }
+  }
+  auto& p = g.member;
+  check_range(out, at(path, "vcpus"), p.vcpus, vcpus_range);
+  check_range(out, at(path, "memory-mib"), p.memory_mib, memory_mib_range);
+  check_optional_name(out, at(path, "network"), p.network);
+  for (size_t j = 0; j < p.tags.size(); ++j) {
+    auto tag = at(at(path, "tags"), j);
+    add_if(out, tag, egress::check_tag(tag, p.tags[j]));
+  }
+}
+
+// A hand-declared proxy must not have a member's name: "eu-3" while group
+// eu counts 3 or more. Checked from the proxies' side, so a group of
+// 100,000 costs nothing here.
+void check_members_unique(problems& out, const std::string& path, const group_config& g,
+                          const std::map<std::string, std::string>& proxies) {
+  auto prefix = g.name + "-";
+  for (auto i = proxies.lower_bound(prefix);
+       i != proxies.end() && i->first.starts_with(prefix); ++i) {
+    auto n = std::string_view{i->first}.substr(prefix.size());
+    if (n.empty() || n.size() > 6 || n.front() == '0'
+        || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (std::stoul(std::string{n}) <= g.count)
+      out.add(at(path, "count"), "member " + quote(i->first) + " of group " + quote(g.name)
+                                   + " has the name of " + i->second
+                                   + " (rename that proxy, or the group)");
+  }
+}
+
 } // namespace
 
 std::string default_domain_type(const std::string& uri) {
@@ -493,55 +606,16 @@ void check_config(problems& out, const engine_config& cfg) {
   std::map<std::string, std::string> proxies;
   for (size_t i = 0; i < cfg.proxies.size(); ++i) {
     auto path = at("engine.proxies", i);
-    auto& p = cfg.proxies[i];
-    check_proxy(out, path, p, hosts, proxies);
-    if (p.kernel.empty() && !p.initrd.empty())
-      out.add(at(path, "initrd"), "needs a kernel (set kernel too)");
-    if (p.kernel.empty() && !p.cmdline.empty())
-      out.add(at(path, "cmdline"), "needs a kernel (set kernel too)");
-    bool printable = std::all_of(p.cmdline.begin(), p.cmdline.end(),
-                                 [](unsigned char c) { return c >= 0x20 && c < 0x7f; });
-    if (!printable || p.cmdline.size() > 2048)
-      out.add(at(path, "cmdline"), "must be printable ASCII, at most 2048 bytes");
-    if (p.image.empty() && p.kernel.empty())
-      continue;
-    // Each image a proxy names must be declared, and of the format its role
-    // needs: a disk is qcow2 or raw, a kernel a kernel, an initrd an initrd.
-    bool all_declared = true;
-    for (auto [key, name, formats, wanted] :
-         {std::tuple{"image", &p.image, " qcow2 raw ", "qcow2 or raw"},
-          std::tuple{"kernel", &p.kernel, " kernel ", "kernel"},
-          std::tuple{"initrd", &p.initrd, " initrd ", "initrd"}}) {
-      if (name->empty())
-        continue;
-      if (!images.contains(*name)) {
-        std::vector<std::string> declared;
-        for (auto& entry : images)
-          declared.push_back(entry.first);
-        out.add(at(path, key), "undeclared image " + quote(*name) + " (declared images: "
-                                 + (declared.empty() ? std::string{"none"} : join(declared))
-                                 + ")");
-        all_declared = false;
-        continue;
-      }
-      for (auto& img : cfg.images)
-        if (img.name == *name
-            && std::string_view{formats}.find(" " + img.format + " ") == std::string_view::npos)
-          out.add(at(path, key), "image " + quote(*name) + " has format "
-                                   + quote(img.format) + "; " + key + " needs "
-                                   + wanted);
-    }
-    if (!all_declared)
-      continue;
-    // What goes into the VM's seed, checked by the rule the seed uses.
-    add_if(out, at(path, "allow-from"), egress::check_cidr(at(path, "allow-from"), p.allow_from));
-    for (auto& h : cfg.hosts)
-      if (h.name == p.host && h.pool.empty()) {
-        auto key = p.image.empty() ? "kernel" : "image";
-        out.add(at(path, key), "host " + quote(h.name) + " has no pool to keep image "
-                                 + quote(p.image.empty() ? p.kernel : p.image)
-                                 + " in (set its pool)");
-      }
+    check_proxy(out, path, cfg.proxies[i], hosts, proxies);
+    check_vm(out, path, cfg.proxies[i], {cfg.proxies[i].host}, cfg, images);
+  }
+  check_positive(out, "engine.host-grace", cfg.host_grace);
+  std::map<std::string, std::string> groups;
+  for (size_t i = 0; i < cfg.groups.size(); ++i) {
+    auto path = at("engine.groups", i);
+    check_group(out, path, cfg.groups[i], hosts, groups);
+    check_vm(out, path, cfg.groups[i].member, cfg.groups[i].hosts, cfg, images);
+    check_members_unique(out, path, cfg.groups[i], proxies);
   }
 }
 

@@ -54,6 +54,10 @@ struct host_config {
   caf::timespan ssh_keepalive = std::chrono::seconds(1);
   caf::timespan ssh_watchdog = std::chrono::seconds(3);
   caf::timespan tcp_user_timeout = std::chrono::seconds(10);
+  // -- room for the members of proxy groups (actors/parts/placement.hpp) -------
+  uint32_t max_proxies = 0;          // proxies of any kind at most (0: no limit)
+  uint64_t memory_reserve_mib = 1024; // kept back from what libvirt reports free
+  std::string zone; // members of a group spread over zones too ("": its own)
 
   bool operator==(const host_config&) const = default;
 };
@@ -72,6 +76,23 @@ struct image_config {
   caf::timespan transfer_budget = std::chrono::minutes(30);
 
   bool operator==(const image_config&) const = default;
+};
+
+/// A proxy group: `count` members named <name>-<n> (n from 1), which the
+/// engine places on `hosts` by room and spread (actors/parts/placement.hpp)
+/// and places again elsewhere when one of them stays lost (actors/parts/group_book.hpp).
+/// Each member is `member` with its name and host filled in, and its
+/// host's network where `member` names none.
+struct group_config {
+  std::string name;
+  uint32_t count = 0;
+  std::vector<std::string> hosts; // in the operator's order
+  proxy_spec member;              // name and host empty
+  /// Members placed again off a lost host that are not in the rotation yet,
+  /// at most (the others wait).
+  uint32_t max_surge = 1;
+
+  bool operator==(const group_config&) const = default;
 };
 
 /// How the health actor probes proxies (docs/spec.md 12).
@@ -198,6 +219,10 @@ struct engine_config {
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host
+  std::vector<group_config> groups;
+  /// How long a host's link must stay down before its group members are
+  /// placed on other hosts of their groups.
+  caf::timespan host_grace = std::chrono::minutes(5);
 };
 
 /// Validates an engine_config: names, references, duplicates, ranges. Every

@@ -52,6 +52,9 @@ inline constexpr range memory_mib_range{64, 1'048'576};
 inline constexpr range port_range{1, 65'535};
 inline constexpr range keepalive_count_range{1, 100};
 inline constexpr range probe_count_range{1, 100};
+inline constexpr range group_count_range{0, 100'000};
+inline constexpr range max_proxies_range{0, 1'000'000};
+inline constexpr range max_surge_range{1, 1'000};
 
 /// Reports `x` outside `r` at `path`; true when it is inside.
 bool check_range(problems& out, const std::string& path, int64_t x, range r);

@@ -5,6 +5,7 @@
 // read back from libvirt, never remembered.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -477,6 +478,23 @@ typename Inspector::result_type inspect(Inspector& f, image_ready& x) {
            x.length, x.virtual_size);
 }
 
+/// A proxy group as status and metrics show it.
+struct group_status {
+  std::string name;
+  uint32_t count = 0;
+  uint32_t placed = 0;    // members with a host
+  uint32_t replacing = 0; // placed again off a lost host, not in the rotation yet
+  std::string held;       // why nothing of it is placed now, or ""
+  std::map<std::string, uint32_t> per_host;
+  std::vector<std::string> waiting; // "eu-3: why it does not run where it should"
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_status& x) {
+  return f(caf::meta::type_name("group_status"), x.name, x.count, x.placed, x.replacing,
+           x.held, x.per_host, x.waiting);
+}
+
 struct fleet_status {
   std::string node;  // engine.node: this process among several (caf-shell ls nodes)
   std::string entry;
@@ -488,12 +506,15 @@ struct fleet_status {
   std::string last_reload;           // "applied: +1 -0 ~2" or the rejection
   uint64_t generation = 0;           // the rotation's (rotation_view)
   gateway_status gateway;            // state off without engine.gateway
+  std::vector<group_status> groups;
+  uint64_t replacements = 0;         // members placed again off lost hosts
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
   return f(caf::meta::type_name("fleet_status"), x.node, x.entry, x.links, x.proxies, x.images,
-           x.rotation, x.reloads, x.last_reload, x.generation, x.gateway);
+           x.rotation, x.reloads, x.last_reload, x.generation, x.gateway, x.groups,
+           x.replacements);
 }
 
 /// A change worth showing to a person watching the engine (caf-shell

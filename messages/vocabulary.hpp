@@ -37,6 +37,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (egress::gateway_backend_status))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::gateway_backend_status>))
   CAF_ADD_TYPE_ID(egress, (egress::gateway_status))
+  CAF_ADD_TYPE_ID(egress, (egress::group_status))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::group_status>))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")
@@ -60,5 +62,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, lease, "lease")         // a link re-reads leases for a waiting proxy
   CAF_ADD_ATOM(egress, egress::atom, counts, "counts")       // a link pushes its call counts
   CAF_ADD_ATOM(egress, egress::atom, rotation, "rotation")   // the rotation, published
+  CAF_ADD_ATOM(egress, egress::atom, place, "place")         // the fleet places group members
 
 CAF_END_TYPE_ID_BLOCK(egress)

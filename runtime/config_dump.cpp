@@ -49,6 +49,7 @@ std::string engine_keys(const engine_config& cfg) {
   out += "redial-min = " + duration_text(cfg.redial_min) + "\n";
   out += "redial-max = " + duration_text(cfg.redial_max) + "\n";
   out += std::string{"gc = "} + (cfg.gc ? "true" : "false") + "\n";
+  out += "host-grace = " + duration_text(cfg.host_grace) + "\n";
   out += "probe = { mode = " + quoted(cfg.probe.mode);
   if (!cfg.probe.target.empty())
     out += ", target = " + quoted(cfg.probe.target);
@@ -109,14 +110,17 @@ std::string host_line(const host_config& h) {
   out += ", max-calls = " + std::to_string(h.max_calls)
          + ", call-budget = " + duration_text(h.call_budget)
          + ", connect-timeout = " + duration_text(h.connect_timeout)
-         + ", address-sources = " + list(h.address_sources) + " },\n";
+         + ", address-sources = " + list(h.address_sources)
+         + ", max-proxies = " + std::to_string(h.max_proxies)
+         + ", memory-reserve-mib = " + std::to_string(h.memory_reserve_mib)
+         + (h.zone.empty() ? std::string{} : ", zone = " + quoted(h.zone)) + " },\n";
   return out;
 }
 
-std::string proxy_line(const proxy_spec& p) {
+// What a proxy or a group's members run.
+std::string vm_keys(const proxy_spec& p) {
   std::string out;
-  out += "  { name = " + quoted(p.name) + ", host = " + quoted(p.host)
-         + ", vcpus = " + std::to_string(p.vcpus)
+  out += "vcpus = " + std::to_string(p.vcpus)
          + ", memory-mib = " + std::to_string(p.memory_mib);
   if (!p.network.empty())
     out += ", network = " + quoted(p.network);
@@ -128,8 +132,18 @@ std::string proxy_line(const proxy_spec& p) {
            + (p.cmdline.empty() ? std::string{} : ", cmdline = " + quoted(p.cmdline));
   if (!p.image.empty() || !p.kernel.empty())
     out += ", port = " + std::to_string(p.port) + ", allow-from = " + quoted(p.allow_from);
-  out += ", tags = " + list(p.tags) + " },\n";
-  return out;
+  return out + ", tags = " + list(p.tags);
+}
+
+std::string proxy_line(const proxy_spec& p) {
+  return "  { name = " + quoted(p.name) + ", host = " + quoted(p.host) + ", " + vm_keys(p)
+         + " },\n";
+}
+
+std::string group_line(const group_config& g) {
+  return "  { name = " + quoted(g.name) + ", count = " + std::to_string(g.count)
+         + ", hosts = " + list(g.hosts) + ", max-surge = " + std::to_string(g.max_surge) + ", "
+         + vm_keys(g.member) + " },\n";
 }
 
 } // namespace
@@ -153,6 +167,9 @@ std::string dump_config(const engine_config& cfg) {
   out += "]\nproxies = [\n";
   for (auto& p : cfg.proxies)
     out += proxy_line(p);
+  out += "]\ngroups = [\n";
+  for (auto& g : cfg.groups)
+    out += group_line(g);
   out += "]\n";
   return out;
 }

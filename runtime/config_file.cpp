@@ -262,7 +262,7 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
                  "transport", "address", "port", "user", "key-file", "known-hosts",
                  "remote-socket", "remote-command", "socket", "bridge-dir",
                  "keepalive-interval", "keepalive-count", "ssh-keepalive",
-                 "ssh-watchdog", "tcp-user-timeout"}};
+                 "ssh-watchdog", "tcp-user-timeout", "max-proxies", "memory-reserve-mib", "zone"}};
   r.read("name", h.name, true);
   r.read("uri", h.uri);
   std::string node;
@@ -310,17 +310,19 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
   r.read("ssh-keepalive", h.ssh_keepalive);
   r.read("ssh-watchdog", h.ssh_watchdog);
   r.read("tcp-user-timeout", h.tcp_user_timeout);
+  r.read("max-proxies", h.max_proxies, max_proxies_range);
+  r.read("memory-reserve-mib", h.memory_reserve_mib);
+  r.read("zone", h.zone);
   r.finish();
   return h;
 }
 
-proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
-  proxy_spec p;
-  dict_reader r{out, d, path,
-                {"name", "host", "vcpus", "memory-mib", "network", "tags", "image", "port",
-                 "allow-from", "kernel", "initrd", "cmdline"}};
-  r.read("name", p.name, true);
-  r.read("host", p.host, true);
+// The keys a proxy and a group's members share: what the VM is.
+const std::vector<std::string> vm_keys{"vcpus",      "memory-mib", "network", "tags",
+                                       "image",      "port",       "allow-from", "kernel",
+                                       "initrd",     "cmdline"};
+
+void read_vm_keys(dict_reader& r, proxy_spec& p) {
   r.read("vcpus", p.vcpus, vcpus_range);
   r.read("memory-mib", p.memory_mib, memory_mib_range);
   r.read("network", p.network);
@@ -331,8 +333,37 @@ proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
   r.read("kernel", p.kernel);
   r.read("initrd", p.initrd);
   r.read("cmdline", p.cmdline);
+}
+
+std::vector<std::string> with_vm_keys(std::vector<std::string> keys) {
+  keys.insert(keys.end(), vm_keys.begin(), vm_keys.end());
+  return keys;
+}
+
+proxy_spec read_proxy(problems& out, const std::string& path, const dict& d) {
+  proxy_spec p;
+  dict_reader r{out, d, path, with_vm_keys({"name", "host"})};
+  r.read("name", p.name, true);
+  r.read("host", p.host, true);
+  read_vm_keys(r, p);
   r.finish();
   return p;
+}
+
+group_config read_group(problems& out, const std::string& path, const dict& d) {
+  group_config g;
+  dict_reader r{out, d, path, with_vm_keys({"name", "count", "hosts", "max-surge"})};
+  r.read("name", g.name, true);
+  if (!r.has("count"))
+    out.add(r.path("count"), "required key is missing");
+  r.read("count", g.count, group_count_range);
+  if (!r.has("hosts"))
+    out.add(r.path("hosts"), "required key is missing");
+  r.read("hosts", g.hosts);
+  r.read("max-surge", g.max_surge, max_surge_range);
+  read_vm_keys(r, g.member);
+  r.finish();
+  return g;
 }
 
 image_config read_image(problems& out, const std::string& path, const dict& d) {
@@ -462,7 +493,7 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "bulk-read-interval", "address-grace", "shutdown-timeout", "redial-min",
                  "redial-max", "gc", "probe", "inspect", "metrics", "gateway", "node", "peers",
-                 "hosts", "images", "proxies", "unedited"}};
+                 "hosts", "images", "proxies", "groups", "host-grace", "unedited"}};
   r.read("unedited", cfg.unedited);
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
@@ -472,6 +503,7 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   r.read("redial-min", cfg.redial_min);
   r.read("redial-max", cfg.redial_max);
   r.read("gc", cfg.gc);
+  r.read("host-grace", cfg.host_grace);
   if (auto x = r.get<dict>("probe", false, "a dict like {mode = \"tcp\"}"))
     cfg.probe = read_probe(out, *x);
   if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))
@@ -506,6 +538,12 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
         for (auto& h : cfg.hosts)
           if (h.name == cfg.proxies.back().host)
             cfg.proxies.back().network = h.network;
+    });
+  // A member's network, where its group names none, is its host's: set
+  // when it is placed (actors/parts/group_book.hpp).
+  if (auto xs = r.get<list>("groups", false, "a list of dicts"))
+    for_each_dict(out, "engine.groups", *xs, [&](auto path, auto& x) {
+      cfg.groups.push_back(read_group(out, path, x));
     });
   r.finish();
 }

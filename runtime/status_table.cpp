@@ -87,6 +87,19 @@ std::string render_table(const fleet_status& st, std::time_t now) {
       out += " (" + g.reason + ")";
     out += "\n";
   }
+  for (auto& g : st.groups) {
+    out += "group " + g.name + ": " + std::to_string(g.placed) + " of "
+           + std::to_string(g.count) + " placed";
+    for (auto& [host, n] : g.per_host)
+      out += ", " + host + " " + std::to_string(n);
+    if (g.replacing > 0)
+      out += ", " + std::to_string(g.replacing) + " placed again, not in the rotation yet";
+    if (!g.held.empty())
+      out += " (held: " + g.held + ")";
+    out += "\n";
+    for (auto& w : g.waiting)
+      out += "  waiting " + w + "\n";
+  }
   std::vector<size_t> width(rows.front().size(), 0);
   for (auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i)
@@ -115,6 +128,10 @@ std::string table_fingerprint(const fleet_status& st) {
   for (auto& p : st.proxies)
     out += p.name + "|" + p.host + "|" + to_string(p.phase) + "|" + p.address + "|"
            + p.last_error + "|" + (p.in_rotation ? "in" : "out") + "\n";
+  for (auto& g : st.groups)
+    out += "group|" + g.name + "|" + std::to_string(g.placed) + "|"
+           + std::to_string(g.replacing) + "|" + g.held + "|" + std::to_string(g.waiting.size())
+           + "\n";
   out += std::string{"gateway|"} + to_string(st.gateway.state) + "|" + st.gateway.reason;
   for (auto& b : st.gateway.backends)
     out += "|" + std::to_string(b.servers) + "/" + std::to_string(b.desired) + "/"

@@ -119,6 +119,10 @@ placement place(const std::vector<placement_group>& groups,
       auto name = member_name(g.name, n);
       if (out.host_of.count(name) > 0)
         continue;
+      if (!g.frozen.empty()) {
+        out.unplaced.push_back({name, g.frozen});
+        continue;
+      }
       auto [host, why] = choose(g, b, of_group, of_zone);
       if (host.empty()) {
         out.unplaced.push_back({name, "no host of group " + g.name + " can take it: " + why});

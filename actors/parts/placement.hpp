@@ -31,6 +31,9 @@ struct placement_group {
   uint32_t count = 0;
   std::vector<std::string> hosts; // in the operator's order
   uint64_t memory_mib = 0;        // each member's
+  /// Non-empty: no new member is placed now (those already placed keep
+  /// their hosts); each one left out is listed unplaced with this reason.
+  std::string frozen;
 };
 
 struct placement_host {

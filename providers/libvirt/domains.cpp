@@ -381,4 +381,14 @@ caf::error delete_domain(connection& c, const std::string& name) {
   return err;
 }
 
+caf::expected<uint64_t> free_memory_mib(connection& c) {
+  // 0 is also what a host with nothing free reports; libvirt's error says
+  // which it is.
+  virResetLastError();
+  auto bytes = virNodeGetFreeMemory(c.get());
+  if (bytes == 0 && virGetLastError() != nullptr)
+    return last_error("read the host's free memory");
+  return static_cast<uint64_t>(bytes >> 20);
+}
+
 } // namespace egress::lv

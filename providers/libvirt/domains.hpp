@@ -35,6 +35,9 @@ read_domain(connection& c, const std::string& name,
 caf::expected<std::vector<domain_reading>>
 list_marked(connection& c, const std::string& entry);
 
+/// What the host has free for new domains, in MiB (virNodeGetFreeMemory).
+caf::expected<uint64_t> free_memory_mib(connection& c);
+
 /// Defines the domain from build_domain_xml(spec) and starts it. If the start
 /// fails, the definition made by this call is undefined again before the
 /// error is returned, so a failed attempt leaves nothing behind. With

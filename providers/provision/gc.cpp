@@ -32,7 +32,8 @@ caf::expected<gc_report> collect(lv::connection& c, const gc_request& req) {
   for (auto& d : *marked) {
     // list_marked filters by entry already; checked again because this is
     // the one place that deletes what it did not get asked to.
-    if (!d.has_mark || d.mark.entry != req.entry || req.declared.contains(d.name))
+    if (!d.has_mark || d.mark.entry != req.entry || req.declared.contains(d.name)
+        || (!req.only.empty() && !req.only.contains(d.name)))
       continue;
     // Made through another host that reaches the same daemon: that
     // entry's pass decides about it.
@@ -55,7 +56,8 @@ caf::expected<gc_report> collect(lv::connection& c, const gc_request& req) {
   }
   for (auto& v : *vols) {
     auto name = proxy_of_volume(v, prefix);
-    if (name.empty() || req.declared.contains(name))
+    if (name.empty() || req.declared.contains(name)
+        || (!req.only.empty() && !req.only.contains(name)))
       continue;
     if (auto err = lv::delete_volume(c, req.pool, v))
       return err;

@@ -25,6 +25,9 @@ struct gc_request {
   std::string host;                  // for the report
   std::string pool;                  // "" = the host keeps no proxy volumes
   std::set<std::string> declared;    // proxy names this host should have
+  /// Non-empty: only these names are judged (the stale copies of group
+  /// members, removed even where a full collection is off).
+  std::set<std::string> only;
 };
 
 /// Runs one pass; the report lists what was removed. Stops at the first

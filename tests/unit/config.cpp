@@ -26,7 +26,7 @@ namespace {
 constexpr const char* engine_keys =
   "entry, poll-interval, bulk-read-interval, address-grace, shutdown-timeout, redial-min, "
   "redial-max, gc, probe, inspect, metrics, gateway, node, peers, hosts, images, proxies, "
-  "unedited";
+  "groups, host-grace, unedited";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from, kernel, initrd, cmdline";
 
@@ -257,7 +257,8 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_host) {
                                "connect-timeout, address-sources, transport, address, port, "
                          "user, key-file, known-hosts, remote-socket, remote-command, "
                          "socket, bridge-dir, keepalive-interval, keepalive-count, "
-                         "ssh-keepalive, ssh-watchdog, tcp-user-timeout)"));
+                         "ssh-keepalive, ssh-watchdog, tcp-user-timeout, max-proxies, "
+                         "memory-reserve-mib, zone)"));
 }
 
 BOOST_AUTO_TEST_CASE(unknown_top_level_section) {
@@ -938,6 +939,65 @@ BOOST_AUTO_TEST_CASE(the_gateway_is_read_and_checked) {
   auto off = load(std::string{minimal});
   BOOST_REQUIRE(off);
   BOOST_CHECK(!off->gateway.enabled);
+}
+
+BOOST_AUTO_TEST_CASE(groups_load_with_the_keys_of_a_proxy) {
+  auto cfg = load("[engine]\nentry = \"e1\"\nhost-grace = 90s\n"
+                  "hosts = [{name = \"hv1\", uri = \"test:///default\", network = \"n1\", "
+                  "max-proxies = 4, zone = \"a\", memory-reserve-mib = 512},"
+                  " {name = \"hv2\", uri = \"test:///default\"}]\n"
+                  "proxies = [{name = \"eu-0\", host = \"hv1\"}, {name = \"eu-x\", host = \"hv1\"}]\n"
+                  "groups = [{name = \"eu\", count = 3, hosts = [\"hv1\", \"hv2\"], "
+                  "vcpus = 2, memory-mib = 256, tags = [\"eu\"], max-surge = 2}]\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK(cfg->host_grace == 90s);
+  BOOST_CHECK_EQUAL(cfg->hosts[0].max_proxies, 4u);
+  BOOST_CHECK_EQUAL(cfg->hosts[0].zone, "a");
+  BOOST_CHECK_EQUAL(cfg->hosts[0].memory_reserve_mib, 512u);
+  BOOST_CHECK_EQUAL(cfg->hosts[1].memory_reserve_mib, 1024u);
+  BOOST_REQUIRE_EQUAL(cfg->groups.size(), 1u);
+  auto& g = cfg->groups[0];
+  BOOST_CHECK_EQUAL(g.count, 3u);
+  BOOST_CHECK(g.hosts == (std::vector<std::string>{"hv1", "hv2"}));
+  BOOST_CHECK_EQUAL(g.member.vcpus, 2u);
+  BOOST_CHECK_EQUAL(g.member.memory_mib, 256u);
+  BOOST_CHECK_EQUAL(g.member.network, ""); // each member's host's
+  BOOST_CHECK_EQUAL(g.max_surge, 2u);
+  // A count no host can hold is accepted: status says who is left out.
+  auto big = load(std::string{minimal} + "groups = [{name = \"g\", count = 100000, "
+                                         "hosts = [\"hv1\"], memory-mib = 1048576}]\n");
+  BOOST_REQUIRE_MESSAGE(big, why(big));
+}
+
+BOOST_AUTO_TEST_CASE(bad_groups_are_reported_by_key) {
+  auto text = problems(std::string{minimal}
+                       + "groups = [{name = \"eu\", hosts = [\"hv1\", \"hv9\", \"hv1\"], "
+                         "colour = 1, max-surge = 0},"
+                         " {name = \"eu\", count = 100001, hosts = []},"
+                         " {name = \"" + std::string(60, 'a') + "\", count = 1000, hosts = [\"hv1\"]},"
+                         " {name = \"k\", count = 1, hosts = [\"hv1\"], image = \"nope\"}]\n");
+  BOOST_TEST_MESSAGE(text);
+  for (auto key : {"engine.groups[0].count: required key is missing",
+                   "engine.groups[0].hosts[1]: undeclared host \"hv9\" (declared hosts: hv1)",
+                   "engine.groups[0].hosts[2]: host \"hv1\" is named twice",
+                   "engine.groups[0].colour: unknown key",
+                   "engine.groups[0].max-surge: ",
+                   "engine.groups[1].name: duplicate group name \"eu\"",
+                   "engine.groups[1].count: ",
+                   "engine.groups[1].hosts: must name at least one host",
+                   "engine.groups[2].name: ",
+                   "engine.groups[3].image: undeclared image \"nope\""})
+    BOOST_CHECK_MESSAGE(text.find(key) != std::string::npos, key);
+}
+
+BOOST_AUTO_TEST_CASE(a_member_named_like_a_hand_declared_proxy_is_refused_naming_both) {
+  auto text = problems(std::string{minimal}
+                       + "proxies = [{name = \"eu-2\", host = \"hv1\"}, {name = \"eu-7\", "
+                         "host = \"hv1\"}, {name = \"eu-02\", host = \"hv1\"}]\n"
+                         "groups = [{name = \"eu\", count = 3, hosts = [\"hv1\"]}]\n");
+  BOOST_CHECK_EQUAL(text, line("engine.groups[0].count",
+                               "member \"eu-2\" of group \"eu\" has the name of "
+                               "engine.proxies[0] (rename that proxy, or the group)"));
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_gateway_is_refused_naming_the_key) {

@@ -45,7 +45,7 @@ uint32_t spread(const std::map<std::string, uint32_t>& counts,
 } // namespace
 
 BOOST_AUTO_TEST_CASE(members_are_named_from_one_and_spread_evenly) {
-  std::vector<placement_group> gs{{"eu", 7, {"hv1", "hv2", "hv3"}, 512}};
+  std::vector<placement_group> gs{{"eu", 7, {"hv1", "hv2", "hv3"}, 512, {}}};
   std::map<std::string, placement_host> hs{{"hv1", roomy()}, {"hv2", roomy()}, {"hv3", roomy()}};
   auto p = place(gs, hs, {});
   BOOST_CHECK_EQUAL(p.host_of.size(), 7u);
@@ -54,8 +54,8 @@ BOOST_AUTO_TEST_CASE(members_are_named_from_one_and_spread_evenly) {
   BOOST_CHECK_LE(spread(per_host(p, "eu"), gs[0].hosts), 1u);
 }
 
-BOOST_AUTO_TEST_CASE(a_change_of_count_moves_nobody_else) {
-  std::vector<placement_group> gs{{"eu", 5, {"hv1", "hv2", "hv3"}, 512}};
+BOOST_AUTO_TEST_CASE(spec_32_a_change_of_count_moves_nobody_else) {
+  std::vector<placement_group> gs{{"eu", 5, {"hv1", "hv2", "hv3"}, 512, {}}};
   std::map<std::string, placement_host> hs{{"hv1", roomy()}, {"hv2", roomy()}, {"hv3", roomy()}};
   auto before = place(gs, hs, {});
   gs[0].count = 8;
@@ -71,7 +71,7 @@ BOOST_AUTO_TEST_CASE(a_change_of_count_moves_nobody_else) {
 }
 
 BOOST_AUTO_TEST_CASE(a_full_cordoned_or_dead_host_gets_nobody_new_and_the_rest_say_why) {
-  std::vector<placement_group> gs{{"eu", 4, {"hv1", "hv2", "hv3"}, 1024}};
+  std::vector<placement_group> gs{{"eu", 4, {"hv1", "hv2", "hv3"}, 1024, {}}};
   std::map<std::string, placement_host> hs{{"hv1", roomy()}, {"hv2", roomy()}, {"hv3", roomy()}};
   hs["hv1"].max_proxies = 1;
   hs["hv2"].cordoned = true;
@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(a_full_cordoned_or_dead_host_gets_nobody_new_and_the_rest_s
 }
 
 BOOST_AUTO_TEST_CASE(members_spread_across_zones_before_hosts_of_one_zone) {
-  std::vector<placement_group> gs{{"eu", 2, {"a1", "a2", "b1"}, 1}};
+  std::vector<placement_group> gs{{"eu", 2, {"a1", "a2", "b1"}, 1, {}}};
   std::map<std::string, placement_host> hs{
     {"a1", roomy("zone-a")}, {"a2", roomy("zone-a")}, {"b1", roomy("zone-b")}};
   auto p = place(gs, hs, {});
@@ -107,7 +107,7 @@ BOOST_AUTO_TEST_CASE(members_spread_across_zones_before_hosts_of_one_zone) {
 
 // Seeded random shapes: several groups over overlapping hosts of random
 // room; placed fresh, then every count changed and placed again.
-BOOST_AUTO_TEST_CASE(random_shapes_keep_every_promise) {
+BOOST_AUTO_TEST_CASE(spec_32_random_shapes_keep_every_promise) {
   for (unsigned seed = 1; seed <= 3000; ++seed) {
     std::minstd_rand rng{seed};
     auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
@@ -126,7 +126,7 @@ BOOST_AUTO_TEST_CASE(random_shapes_keep_every_promise) {
     }
     std::vector<placement_group> gs;
     for (uint32_t g = 0, ng = 1 + pick(3); g < ng; ++g) {
-      placement_group grp{"g" + std::to_string(g), pick(20), {}, 256 * (1 + pick(4))};
+      placement_group grp{"g" + std::to_string(g), pick(20), {}, 256 * (1 + pick(4)), {}};
       for (auto& n : names)
         if (pick(3) != 0)
           grp.hosts.push_back(n);
