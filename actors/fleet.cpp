@@ -228,7 +228,7 @@ void retire_images(fleet_pointer self, const std::vector<std::string>& images,
   }
 }
 
-void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
+proxy_actor make_proxy_actor(fleet_pointer self, const proxy_spec& p) {
   auto& st = self->state;
   auto& h = host_of(self, p.host);
   proxy_options o;
@@ -261,7 +261,12 @@ void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
   o.sink = status_sink_actor{self};
   auto proxy = self->spawn(make_proxy, std::move(o));
   self->monitor(proxy);
-  st.proxies[p.name] = proxy;
+  return proxy;
+}
+
+void spawn_proxy(fleet_pointer self, const proxy_spec& p) {
+  auto& st = self->state;
+  st.proxies[p.name] = make_proxy_actor(self, p);
   st.view.spawned(actor_name(actor_kind::proxy, p.name));
   st.view.declare_proxy(p);
 }
@@ -400,13 +405,17 @@ std::string endpoint_of(const proxy_status& s, uint32_t port) {
   return host + ":" + std::to_string(port);
 }
 
-void tell_health(fleet_pointer self, const proxy_status& s) {
+// Under `key` when it is not the proxy's name: a drain's replacement is
+// probed as member@host (actors/fleet_drain.cpp).
+void tell_health(fleet_pointer self, const proxy_status& s, const std::string& key = {}) {
   auto& st = self->state;
   auto spec = by_name(st.cfg.proxies, s.name);
   if (!spec || st.retiring.contains(s.name))
     return;
   auto copy = s;
   copy.address = endpoint_of(s, spec->port);
+  if (!key.empty())
+    copy.name = key;
   self->send(st.health, std::move(copy));
 }
 
@@ -431,6 +440,10 @@ void collect_on(fleet_pointer self, const host_config& h,
   for (auto& p : st.cfg.proxies)
     if (p.host == h.name)
       req.declared.insert(p.name);
+  // A member handed over has a VM on both hosts until its original goes.
+  for (auto& [name, ho] : st.handovers)
+    if (ho.from == h.name || ho.to == h.name)
+      req.declared.insert(name);
   // A proxy still draining keeps its VM until the drain ends and it retires.
   for (auto& [name, _] : st.retiring)
     if (auto i = st.view.proxies().find(name);
@@ -554,6 +567,8 @@ bool leaves_down_host(fleet_pointer self, const engine_config& next, const std::
 config_diff converge(fleet_pointer self, engine_config next) {
   auto& st = self->state;
   auto d = diff(st.cfg, next);
+  cancel_handovers(self, d.proxies_removed);
+  cancel_handovers(self, d.proxies_changed);
   std::vector<std::string> to_drain = d.proxies_removed;
   std::vector<std::string> moved; // off a host that is down: made anew at once
   for (auto& name : d.proxies_changed)
@@ -653,6 +668,18 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
 
 } // namespace
 
+proxy_actor start_proxy(fleet_pointer self, const proxy_spec& p) {
+  return make_proxy_actor(self, p);
+}
+
+void probe_as(fleet_pointer self, const proxy_status& s, const std::string& key) {
+  tell_health(self, s, key);
+}
+
+void record_status(fleet_pointer self, proxy_status s) {
+  record(self, std::move(s));
+}
+
 void regroup(fleet_pointer self) {
   auto& st = self->state;
   auto now = std::chrono::steady_clock::now();
@@ -721,6 +748,8 @@ void shut_down(fleet_pointer self) {
     self->send_exit(i, caf::exit_reason::user_shutdown);
   for (auto& [_, p] : st.proxies)
     self->send_exit(p, caf::exit_reason::user_shutdown);
+  for (auto& [_, h] : st.handovers)
+    self->send_exit(h.original ? h.original : h.replacement, caf::exit_reason::user_shutdown);
   for (auto& [_, l] : st.links)
     self->send_exit(l, caf::exit_reason::user_shutdown);
   self->send_exit(st.health, caf::exit_reason::user_shutdown);
@@ -764,6 +793,8 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
 // connection, the HTTP listener at exit); any other child's unexpected end
 // is logged.
 void on_down(fleet_pointer self, const caf::down_msg& msg) {
+  if (self->state.silenced.erase(msg.source) > 0)
+    return;
   auto& ws = self->state.watchers;
   auto before = ws.size() + self->state.followers.size();
   std::erase_if(ws, [&](auto& w) { return w.address() == msg.source; });
@@ -806,6 +837,8 @@ void gc_tick(fleet_pointer self) {
 // proxy, or one erased) must not resurrect its entry.
 void take_proxy_status(fleet_pointer self, proxy_status& s) {
   auto& st = self->state;
+  if (from_silenced(self) || take_replacement_status(self, s))
+    return;
   if (!st.proxies.contains(s.name) && s.phase != proxy_phase::deleted
       && s.phase != proxy_phase::deleting)
     return;
@@ -846,6 +879,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       auto out = st.view.status(st.cfg.node, st.cfg.entry);
       out.groups = st.groups.status();
       out.replacements = st.groups.replacements();
+      out.drains = drain_rows(st);
       return out;
     },
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
@@ -881,6 +915,10 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       return self->delegate(self->state.health, atom::drain_v, std::move(name), drained);
     },
     [self](atom::reconcile, std::string& name) { return reconcile_proxy(self, name); },
+    [self](atom::cordon, const std::string& host, bool on) {
+      return cordon_host(self, host, on);
+    },
+    [self](atom::erase, atom::poll, const std::string& member) { erase_original(self, member); },
     [self](atom::subscribe, engine_events_actor& w) {
       auto& ws = self->state.watchers;
       if (std::find(ws.begin(), ws.end(), w) != ws.end())
@@ -924,6 +962,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     },
     [self](proxy_health& h) {
       auto& st = self->state;
+      if (take_replacement_health(self, h))
+        return;
       if (!st.view.proxies().contains(h.name) && !st.proxies.contains(h.name))
         return;
       record(self, std::move(h));

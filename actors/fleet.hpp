@@ -43,6 +43,17 @@ struct host_book {
   std::map<std::string, host_config> hosts;
 };
 
+/// A member leaving a drained host, make-before-break: its replacement on
+/// another host is made and probed under the key member@host, then takes
+/// the member's name; only then does the original drain and go
+/// (actors/fleet_drain.cpp).
+struct handover {
+  std::string from, to;
+  proxy_actor replacement;
+  proxy_status last; // the replacement's last push
+  proxy_actor original; // set once the replacement took the name
+};
+
 struct fleet_state {
   std::string name = to_string(actor_kind::fleet);
   engine_config declared; // as the operator wrote it
@@ -71,6 +82,9 @@ struct fleet_state {
   group_book groups;               // where group members run (fleet_groups.cpp)
   std::set<std::string> surveying; // hosts whose survey is in flight
   std::set<std::string> removing;  // hosts whose stale copies are being removed
+  std::map<std::string, handover> handovers; // by member (fleet_drain.cpp)
+  std::map<std::string, host_drain> host_drains; // by host: the cordoned ones
+  std::set<caf::actor_addr> silenced;        // see from_silenced
   bool stopping = false;
 };
 
@@ -88,6 +102,10 @@ caf::timespan caller_timeout(const host_config& host);
 
 // -- proxy groups (fleet_groups.cpp) ---------------------------------------------
 
+/// A member as a proxy on `h`: the group's member keys, its name and host,
+/// and the host's network where the group names none.
+proxy_spec member_spec(const group_config& g, const std::string& name, const host_config& h);
+
 /// `declared` with each member the book placed as a proxy on its host.
 engine_config with_members(const engine_config& declared, const group_book& book);
 
@@ -102,6 +120,44 @@ void remove_stale(fleet_pointer self);
 /// Places group members if anything changed (fleet.cpp): the book decides,
 /// the fleet converges on the result as after a reload.
 void regroup(fleet_pointer self);
+
+/// Spawns (and monitors) a proxy actor for `p`, registered nowhere
+/// (fleet.cpp): a member's replacement runs beside its original.
+proxy_actor start_proxy(fleet_pointer self, const proxy_spec& p);
+
+/// Sends a proxy's status to the health actor under `key` (its name, or a
+/// replacement's member@host), its address made the endpoint to probe.
+void probe_as(fleet_pointer self, const proxy_status& s, const std::string& key);
+
+/// Records a push in the view and tells the watchers (fleet.cpp).
+void record_status(fleet_pointer self, proxy_status s);
+
+// -- drain-host (fleet_drain.cpp) -------------------------------------------------
+
+/// drain-host (on) or undrain-host: the host's drain as it stands after.
+caf::result<host_drain> cordon_host(fleet_pointer self, const std::string& host, bool on);
+
+/// Starts the replacements the drains may have now (max-surge per group).
+void advance_drains(fleet_pointer self);
+
+/// A replacement's push or verdict: true when it was one (taken here).
+bool take_replacement_status(fleet_pointer self, const proxy_status& s);
+bool take_replacement_health(fleet_pointer self, const proxy_health& h);
+
+/// Whether the current message comes from an actor whose pushes no longer
+/// count: an original whose replacement took its name, or a replacement
+/// given up.
+bool from_silenced(fleet_pointer self);
+
+/// The original of a handed-over member goes now (its drain grace is over).
+void erase_original(fleet_pointer self, const std::string& member);
+
+/// Gives up the handovers of these members (their config changed): the
+/// replacements that have not taken the name are deleted.
+void cancel_handovers(fleet_pointer self, const std::vector<std::string>& members);
+
+/// Every drain as status and ls show it.
+std::vector<host_drain> drain_rows(const fleet_state& st);
 
 /// What a reload changes, by name: computed before anything is touched.
 struct config_diff {

@@ -39,6 +39,11 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
       e.row.state = to_string(s.state);
       if (!s.reason.empty())
         e.row.state += " (" + s.reason + ")";
+      for (auto& d : drain_rows(st))
+        if (d.host == host)
+          e.row.state += ", cordoned, draining: " + std::to_string(d.members) + " member(s) left, "
+                         + std::to_string(d.moving) + " moving, " + std::to_string(d.moved)
+                         + " moved" + (d.waiting.empty() ? "" : " (waiting: " + d.waiting + ")");
       e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
                          kv("limit", s.limit), kv("libvirt connections", s.connections),
                          kv("dials", s.dials), kv("deaths", s.deaths),

@@ -14,8 +14,6 @@
 
 namespace egress {
 
-namespace {
-
 proxy_spec member_spec(const group_config& g, const std::string& name, const host_config& h) {
   auto p = g.member;
   p.name = name;
@@ -24,6 +22,8 @@ proxy_spec member_spec(const group_config& g, const std::string& name, const hos
     p.network = h.network;
   return p;
 }
+
+namespace {
 
 std::string listed(const std::vector<std::string>& xs) {
   std::string out;
@@ -88,7 +88,15 @@ void survey_host(fleet_pointer self, const std::string& host) {
 
 void remove_stale(fleet_pointer self) {
   auto& st = self->state;
-  for (auto& [host, names] : st.groups.stale()) {
+  for (auto& [host, all] : st.groups.stale()) {
+    // A member being handed over is gone from there only when its
+    // original has deleted its VM (fleet_drain.cpp).
+    std::vector<std::string> names;
+    for (auto& n : all)
+      if (!st.handovers.contains(n))
+        names.push_back(n);
+    if (names.empty())
+      continue;
     auto link = st.links.find(host);
     auto h = std::find_if(st.cfg.hosts.begin(), st.cfg.hosts.end(),
                           [&](auto& x) { return x.name == host; });

@@ -35,9 +35,18 @@ void push(health_pointer self, const health_target& t) {
     self->send(self->state.opts.sink, t.view);
 }
 
+// A drain's replacement is probed under its key, member@host, which is no
+// name: it is not in the rotation until it takes its member's name
+// (rename_target), so its joins and leaves are nobody's news.
+bool is_replacement(const health_target& t) {
+  return t.view.name.find('@') != std::string::npos;
+}
+
 void announce(health_pointer self, const health_target& t, bool joined,
               std::string reason) {
   auto& st = self->state;
+  if (is_replacement(t))
+    return;
   if (joined)
     ++st.rotation_size;
   else
@@ -226,6 +235,32 @@ void update_target(health_pointer self, const proxy_status& s) {
     push(self, t);
 }
 
+// A drain's replacement takes its member's name (actors/fleet_drain.cpp):
+// its verdict carries over, and the original's target goes without a leave
+// when both are in the rotation (the member never left it).
+void rename_target(health_pointer self, const std::string& from, const std::string& to) {
+  auto& st = self->state;
+  auto i = st.targets.find(from);
+  if (i == st.targets.end())
+    return;
+  auto t = std::move(i->second);
+  st.targets.erase(i);
+  bool was_in = false;
+  if (auto old = st.targets.find(to); old != st.targets.end()) {
+    was_in = old->second.view.in_rotation;
+    st.targets.erase(old);
+  }
+  t.view.name = to;
+  bool in = t.view.in_rotation;
+  t.view.in_rotation = was_in;
+  auto& now = st.targets[to] = std::move(t);
+  if (in)
+    join(self, now, "replaced on " + now.view.host);
+  else
+    leave(self, now, "replaced on " + now.view.host + ", not passing yet");
+  push(self, now);
+}
+
 // An operator's drain (out of the rotation until undrained) or undrain
 // (back in on its probes' verdict, or at once where nothing probes).
 caf::result<proxy_health> drain(health_pointer self, const std::string& name, bool drained) {
@@ -313,6 +348,9 @@ health_actor::behavior_type make_health(health_pointer self, health_options opts
         return;
       leave(self, i->second, "retired");
       st.targets.erase(i);
+    },
+    [self](atom::rename, const std::string& from, const std::string& to) {
+      rename_target(self, from, to);
     },
     [self](atom::kill, const std::string& host) {
       auto i = self->state.hosts.find(host);

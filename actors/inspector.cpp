@@ -180,6 +180,9 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
     [self](atom::drain, std::string proxy, bool drained) -> caf::result<proxy_health> {
       return self->delegate(self->state.fleet, atom::drain_v, std::move(proxy), drained);
     },
+    [self](atom::cordon, std::string host, bool on) -> caf::result<host_drain> {
+      return self->delegate(self->state.fleet, atom::cordon_v, std::move(host), on);
+    },
     [self](atom::reconcile, std::string proxy) -> caf::result<proxy_status> {
       return self->delegate(self->state.fleet, atom::reconcile_v, std::move(proxy));
     },

@@ -668,6 +668,12 @@ node_actor::behavior_type make_node(node_pointer self, node_options opts) {
         return refused();
       return command<proxy_health>(self, here_only, atom::drain_v, std::move(proxy), drained);
     },
+    [self, refused](atom::cordon, std::string& token, std::string& host, bool on,
+                    bool here_only) -> caf::result<host_drain> {
+      if (!self->state.gate.valid(token))
+        return refused();
+      return command<host_drain>(self, here_only, atom::cordon_v, std::move(host), on);
+    },
     [self, refused](atom::reload, std::string& token) -> caf::result<std::string> {
       if (!self->state.gate.valid(token))
         return refused();

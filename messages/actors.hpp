@@ -198,6 +198,11 @@ using health_actor = status_interface<std::vector<proxy_health>>::extend_with<
   caf::reacts_to<link_status>,
   // A retired proxy (erased, or gone from the config) leaves at once.
   caf::reacts_to<atom::forget, std::string>,
+  // (from, to): the target `from` is `to` from now on, its verdict kept,
+  // and the old `to` goes without a leave: a drain's replacement, probed
+  // under its own key (member@host), takes its member's name
+  // (actors/fleet_drain.cpp).
+  caf::reacts_to<atom::rename, std::string, std::string>,
   // Drops (and kills) a host's prober: its settings changed or it was
   // removed. The next probe of that host builds a new one.
   caf::reacts_to<atom::kill, std::string>,
@@ -236,6 +241,13 @@ using fleet_actor = status_interface<fleet_status>::extend<
   caf::replies_to<atom::kill, std::string>::with<link_status>,
   // Drains (true) or undrains (false) one proxy (the health actor's).
   caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
+  // drain-host (true): cordons the host and moves its group members to other
+  // hosts, each replacement in the rotation before its original is drained
+  // and deleted; undrain-host (false) lifts the cordon (actors/fleet_drain.cpp).
+  caf::replies_to<atom::cordon, std::string, bool>::with<host_drain>,
+  // Internal: a handed-over member's old VM goes now (its connections had
+  // the drain grace).
+  caf::reacts_to<atom::erase, atom::poll, std::string>,
   // Asks one proxy to reconcile now; answers with its last status.
   caf::replies_to<atom::reconcile, std::string>::with<proxy_status>,
   // Deletes one proxy's VM and retires its actor (until the next config).
@@ -293,6 +305,8 @@ using inspector_actor = status_interface<fleet_status>::extend<
   caf::replies_to<atom::reconcile, std::string>::with<proxy_status>,
   // drain / undrain: out of the rotation until undrained.
   caf::replies_to<atom::drain, std::string, bool>::with<proxy_health>,
+  // drain-host / undrain-host (the fleet's).
+  caf::replies_to<atom::cordon, std::string, bool>::with<host_drain>,
   // reload: re-reads the configuration the way the engine was started (the
   // node's own file; never a config sent over the wire) and applies only the
   // difference; answers with the summary, or refuses with the reasons and
@@ -340,6 +354,7 @@ using node_actor = caf::typed_actor<
   caf::replies_to<atom::kill, std::string, std::string, bool>::with<link_status>,
   caf::replies_to<atom::reconcile, std::string, std::string, bool>::with<proxy_status>,
   caf::replies_to<atom::drain, std::string, std::string, bool, bool>::with<proxy_health>,
+  caf::replies_to<atom::cordon, std::string, std::string, bool, bool>::with<host_drain>,
   // (token): reload: this node's own file.
   caf::replies_to<atom::reload, std::string>::with<std::string>,
   // (token, the dialing peer's node actor, a token of that peer's for this

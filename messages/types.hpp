@@ -495,6 +495,23 @@ typename Inspector::result_type inspect(Inspector& f, group_status& x) {
            x.held, x.per_host, x.waiting);
 }
 
+/// A host's cordon and drain (caf-shell drain-host, ls hosts, status).
+struct host_drain {
+  std::string host;
+  bool cordoned = false;
+  bool draining = false;  // drain-host asked: its members leave, one wave at a time
+  uint32_t members = 0;   // group members still running there
+  uint32_t moving = 0;    // replacements being made elsewhere
+  uint32_t moved = 0;     // handed over since the drain began
+  std::string waiting;    // why a member cannot leave now, or ""
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, host_drain& x) {
+  return f(caf::meta::type_name("host_drain"), x.host, x.cordoned, x.draining, x.members,
+           x.moving, x.moved, x.waiting);
+}
+
 struct fleet_status {
   std::string node;  // engine.node: this process among several (caf-shell ls nodes)
   std::string entry;
@@ -508,13 +525,14 @@ struct fleet_status {
   gateway_status gateway;            // state off without engine.gateway
   std::vector<group_status> groups;
   uint64_t replacements = 0;         // members placed again off lost hosts
+  std::vector<host_drain> drains;    // cordoned hosts
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
   return f(caf::meta::type_name("fleet_status"), x.node, x.entry, x.links, x.proxies, x.images,
            x.rotation, x.reloads, x.last_reload, x.generation, x.gateway, x.groups,
-           x.replacements);
+           x.replacements, x.drains);
 }
 
 /// A change worth showing to a person watching the engine (caf-shell

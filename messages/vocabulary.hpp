@@ -39,6 +39,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (egress::gateway_status))
   CAF_ADD_TYPE_ID(egress, (egress::group_status))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::group_status>))
+  CAF_ADD_TYPE_ID(egress, (egress::host_drain))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::host_drain>))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")
@@ -63,5 +65,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, counts, "counts")       // a link pushes its call counts
   CAF_ADD_ATOM(egress, egress::atom, rotation, "rotation")   // the rotation, published
   CAF_ADD_ATOM(egress, egress::atom, place, "place")         // the fleet places group members
+  CAF_ADD_ATOM(egress, egress::atom, cordon, "cordon")       // drain-host / undrain-host
+  CAF_ADD_ATOM(egress, egress::atom, rename, "rename")       // a replacement takes its member's name
 
 CAF_END_TYPE_ID_BLOCK(egress)

@@ -79,7 +79,7 @@ const char* usage_text =
   "machine, which only its user (and root) may read.\n"
   "\n"
   "Commands:\n"
-  "  ls [links|images|proxies|health|gateway|calls|nodes]\n"
+  "  ls [links|hosts|images|proxies|health|gateway|calls|nodes]\n"
   "                                    actors with state, start time, liveness, on\n"
   "                                    every node this one reaches (engine.peers)\n"
   "  show <kind> <name>                one actor with every detail\n"
@@ -92,6 +92,10 @@ const char* usage_text =
   "  reconcile <proxy>                 read the proxy's VM back now and act on it\n"
   "  drain <proxy>, undrain <proxy>    keep a proxy out of the rotation / let it back\n"
   "                                    (these three go to the node that owns the name)\n"
+  "  drain-host <host>                 cordon the host and hand each of its group\n"
+  "                                    members over to another host, the replacement\n"
+  "                                    in the rotation before the original goes\n"
+  "  undrain-host <host>               lift the cordon (nobody is moved back)\n"
   "  reload                            this node re-reads its config file and applies\n"
   "                                    only the change (a bad file changes nothing)\n"
   "  names [kind]                      the names only, one per line (for completion)\n"
@@ -127,6 +131,9 @@ constexpr actor_kind listed_kinds[] = {actor_kind::link,    actor_kind::image, a
 std::optional<std::string> kind_of(const std::string& w) {
   if (w == "all")
     return std::string{};
+  // A host is shown by its link, with its cordon and drain.
+  if (w == "hosts" || w == "host")
+    return std::string{to_string(actor_kind::link)};
   auto k = actor_kind_from(w);
   if (!k || std::find(std::begin(listed_kinds), std::end(listed_kinds), *k)
               == std::end(listed_kinds))
@@ -174,6 +181,16 @@ json to_json(const fleet_status& st) {
                               {"in_rotation", p.in_rotation}, {"probes_ok", p.probes_ok},
                               {"probes_failed", p.probes_failed},
                               {"last_probe", p.last_probe}, {"last_error", p.last_error}});
+  out["groups"] = json::array();
+  for (auto& g : st.groups)
+    out["groups"].push_back({{"name", g.name}, {"count", g.count}, {"placed", g.placed},
+                             {"replacing", g.replacing}, {"held", g.held},
+                             {"per_host", g.per_host}, {"waiting", g.waiting}});
+  out["replacements"] = st.replacements;
+  out["drains"] = json::array();
+  for (auto& d : st.drains)
+    out["drains"].push_back({{"host", d.host}, {"members", d.members}, {"moving", d.moving},
+                             {"moved", d.moved}, {"waiting", d.waiting}});
   return out;
 }
 
@@ -274,6 +291,7 @@ public:
       {"drain", &shell::drain_command},       {"undrain", &shell::drain_command},
       {"reconcile", &shell::reconcile_command}, {"reload", &shell::reload_command},
       {"kill-link", &shell::kill_link_command},
+      {"drain-host", &shell::cordon_command}, {"undrain-host", &shell::cordon_command},
     };
     auto w = words(line);
     if (w.empty())
@@ -294,7 +312,7 @@ public:
   std::optional<std::vector<actor_row>> listing(const std::vector<std::string>& w) {
     auto kind = kind_of(w.size() > 1 ? w[1] : "all");
     if (!kind || w.size() > 2) {
-      fail("usage: " + w[0] + " [links|images|proxies|health|gateway|calls|nodes]");
+      fail("usage: " + w[0] + " [links|hosts|images|proxies|health|gateway|calls|nodes]");
       return std::nullopt;
     }
     return ask_ls(*kind);
@@ -377,6 +395,31 @@ public:
     else
       std::cout << "proxy " << out->name << ": " << (out->drained ? "drained" : "undrained")
                 << ", " << (out->in_rotation ? "in" : "out of") << " the rotation\n";
+    return true;
+  }
+
+  bool cordon_command(const std::vector<std::string>& w) {
+    if (w.size() != 2)
+      return fail("usage: " + w[0] + " <host>");
+    bool on = w[0] == "drain-host";
+    auto out = ask<host_drain>([&](caf::scoped_actor& self) {
+      return self->request(inspector_, timeout_, atom::cordon_v, token_, w[1], on, false);
+    });
+    if (!out)
+      return false;
+    if (json_)
+      std::cout << json{{"host", out->host},       {"cordoned", out->cordoned},
+                        {"draining", out->draining}, {"members", out->members},
+                        {"moving", out->moving},     {"moved", out->moved},
+                        {"waiting", out->waiting}}
+                     .dump(2)
+                << "\n";
+    else if (!out->cordoned)
+      std::cout << "host " << out->host << ": not cordoned\n";
+    else
+      std::cout << "host " << out->host << ": cordoned, draining: " << out->members
+                << " member(s) left, " << out->moving << " moving, " << out->moved << " moved"
+                << (out->waiting.empty() ? "" : " (waiting: " + out->waiting + ")") << "\n";
     return true;
   }
 
@@ -627,11 +670,11 @@ char* next_candidate(const char* text, int state) {
 char** complete(const char* text, int start, int) {
   candidates.clear();
   if (start == 0) {
-    candidates = {"ls", "show", "status", "watch", "kill-link", "reconcile", "drain", "undrain",
-                  "reload",    "help",      "quit"};
+    candidates = {"ls",     "show",    "status", "watch", "kill-link", "reconcile",
+                  "drain",  "undrain", "drain-host", "undrain-host", "reload", "help", "quit"};
   } else {
-    candidates = {"links", "images", "proxies", "health", "gateway", "calls", "nodes",
-                  "link",  "image",  "proxy",   "call",  "node"};
+    candidates = {"links", "hosts", "images", "proxies", "health", "gateway", "calls", "nodes",
+                  "link",  "image", "proxy",  "call",    "node"};
     if (completing)
       for (auto& n : completing->names())
         candidates.push_back(n);

@@ -100,6 +100,11 @@ std::string render_table(const fleet_status& st, std::time_t now) {
     for (auto& w : g.waiting)
       out += "  waiting " + w + "\n";
   }
+  for (auto& d : st.drains)
+    out += "host " + d.host + ": cordoned, draining: " + std::to_string(d.members)
+           + " member(s) left, " + std::to_string(d.moving) + " moving, "
+           + std::to_string(d.moved) + " moved"
+           + (d.waiting.empty() ? "" : " (waiting: " + d.waiting + ")") + "\n";
   std::vector<size_t> width(rows.front().size(), 0);
   for (auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i)
@@ -132,6 +137,9 @@ std::string table_fingerprint(const fleet_status& st) {
     out += "group|" + g.name + "|" + std::to_string(g.placed) + "|"
            + std::to_string(g.replacing) + "|" + g.held + "|" + std::to_string(g.waiting.size())
            + "\n";
+  for (auto& d : st.drains)
+    out += "drain|" + d.host + "|" + std::to_string(d.members) + "|" + std::to_string(d.moving)
+           + "|" + std::to_string(d.moved) + "|" + d.waiting + "\n";
   out += std::string{"gateway|"} + to_string(st.gateway.state) + "|" + st.gateway.reason;
   for (auto& b : st.gateway.backends)
     out += "|" + std::to_string(b.servers) + "/" + std::to_string(b.desired) + "/"

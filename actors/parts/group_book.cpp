@@ -83,7 +83,54 @@ void group_book::removed(const std::string& host, const std::vector<std::string>
       i->second.survey->marked.erase(n);
 }
 
+void group_book::cordon(const std::string& host, bool on) {
+  if (auto i = state_.find(host); i != state_.end() && i->second.cordoned != on) {
+    i->second.cordoned = on;
+    dirty_ = true;
+  }
+}
+
+bool group_book::cordoned(const std::string& host) const {
+  auto i = state_.find(host);
+  return i != state_.end() && i->second.cordoned;
+}
+
+void group_book::handed_over(const std::string& member, const std::string& host) {
+  if (is_member(member) && hosts_.contains(host)) {
+    host_of_[member] = host;
+    dirty_ = true;
+  }
+}
+
 // -- what it says ---------------------------------------------------------------
+
+std::pair<std::string, std::string>
+group_book::successor_host(const std::string& member,
+                           const std::map<std::string, uint32_t>& in_flight) const {
+  auto g = group_of(member);
+  auto at = host_of_.find(member);
+  if (!g || at == host_of_.end())
+    return {{}, "not a placed member"};
+  auto now = host_of_;
+  now.erase(member);
+  auto hosts = room();
+  hosts[at->second].cordoned = true; // never back where it leaves
+  std::vector<placement_group> all;
+  for (auto& x : groups_)
+    all.push_back({x.name, x.count, x.hosts, x.member.memory_mib, {}});
+  std::set<std::string> only{member};
+  auto load = hand_load_;
+  for (auto& [host, n] : in_flight)
+    load[host] += n;
+  auto result = place(all, hosts, now, load, &only);
+  auto i = result.host_of.find(member);
+  if (i != result.host_of.end())
+    return {i->second, {}};
+  for (auto& u : result.unplaced)
+    if (u.member == member)
+      return {{}, u.reason};
+  return {{}, "no host of group " + g->name + " can take it"};
+}
 
 bool group_book::is_member(const std::string& name) const {
   return group_of(name) != nullptr;
@@ -181,6 +228,7 @@ std::map<std::string, placement_host> group_book::room() const {
     if (s == state_.end())
       continue;
     r.alive = s->second.up;
+    r.cordoned = s->second.cordoned;
     if (!s->second.survey || !s->second.survey->free_memory_mib)
       continue;
     uint64_t free = *s->second.survey->free_memory_mib;

@@ -67,6 +67,22 @@ public:
   /// Stale copies the fleet removed from `host`.
   void removed(const std::string& host, const std::vector<std::string>& names);
 
+  /// A cordoned host gets no new member (drain-host); its members stay
+  /// until each is handed over.
+  void cordon(const std::string& host, bool on);
+
+  bool cordoned(const std::string& host) const;
+
+  /// Where `member` would go if it left its host now (a drain's
+  /// replacement), or why nowhere; `in_flight` counts the replacements
+  /// already under way on each host.
+  std::pair<std::string, std::string>
+  successor_host(const std::string& member,
+                 const std::map<std::string, uint32_t>& in_flight) const;
+
+  /// `member` runs on `host` now: its replacement took its name.
+  void handed_over(const std::string& member, const std::string& host);
+
   /// Places what can be placed now; true when any member's host changed.
   /// `in_rotation` says whether a member is in the rotation (a member placed
   /// again counts against max-surge until it is).
@@ -118,6 +134,7 @@ private:
     bool failed_once = false; // its link has been dead since it was configured
     clock::time_point since;  // of the last change of `up`
     bool loss_seen = false;   // step() has run since it became lost
+    bool cordoned = false;
     std::optional<host_survey> survey;
   };
 

@@ -91,7 +91,8 @@ std::string member_name(const std::string& group, uint32_t n) {
 placement place(const std::vector<placement_group>& groups,
                 const std::map<std::string, placement_host>& hosts,
                 const std::map<std::string, std::string>& now,
-                const std::map<std::string, uint32_t>& other_load) {
+                const std::map<std::string, uint32_t>& other_load,
+                const std::set<std::string>* only) {
   placement out;
   book b{hosts, {}};
   for (auto& [host, n] : other_load)
@@ -117,7 +118,7 @@ placement place(const std::vector<placement_group>& groups,
       }
     for (uint32_t n = 1; n <= g.count; ++n) {
       auto name = member_name(g.name, n);
-      if (out.host_of.count(name) > 0)
+      if (out.host_of.count(name) > 0 || (only != nullptr && only->count(name) == 0))
         continue;
       if (!g.frozen.empty()) {
         out.unplaced.push_back({name, g.frozen});

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,9 +64,13 @@ std::string member_name(const std::string& group, uint32_t n);
 /// use room too. A host's `free_memory_mib` is what it can give to members
 /// in all, those already running there included (the caller adds their
 /// memory back to what libvirt reports free).
+/// With `only`, members not in `now` are placed only if they are in it; the
+/// others are left out of the result silently (a drain asks where one
+/// member would go, around everyone already placed).
 placement place(const std::vector<placement_group>& groups,
                 const std::map<std::string, placement_host>& hosts,
                 const std::map<std::string, std::string>& now,
-                const std::map<std::string, uint32_t>& other_load = {});
+                const std::map<std::string, uint32_t>& other_load = {},
+                const std::set<std::string>* only = nullptr);
 
 } // namespace egress

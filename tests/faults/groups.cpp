@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <caf/scoped_actor.hpp>
+
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/domains.hpp"
@@ -247,6 +249,76 @@ BOOST_AUTO_TEST_CASE(spec_32_a_restarted_engine_adopts_its_members_where_they_ru
   for (size_t i = 0; i < hosts.size(); ++i)
     total += domains_on(i).size();
   BOOST_CHECK_EQUAL(total, 6u);
+}
+
+BOOST_AUTO_TEST_CASE(spec_35_drain_host_keeps_the_group_in_the_rotation_at_its_count) {
+  auto eng = engine::start(*sys, config(6, 2));
+  BOOST_REQUIRE(eng);
+  stop_on_exit guard{eng};
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_in_rotation(st, 6); }, 60s));
+  auto before = running_where(*eng->status());
+  caf::scoped_actor self{*sys};
+  auto cordon = [&](const std::string& host, bool on) {
+    host_drain out;
+    self->request(eng->fleet(), 5s, atom::cordon_v, host, on)
+      .receive([&](host_drain& d) { out = d; },
+               [&](caf::error& err) { BOOST_FAIL(render(err)); });
+    return out;
+  };
+  // Every join and leave from now on, with the rotation's size after it:
+  // the exact trace beside the 100 ms samples.
+  auto events = std::make_shared<test::rotation_log>();
+  eng->subscribe(sys->spawn(test::rotation_recorder, events));
+  auto start = std::chrono::steady_clock::now();
+  {
+    rotation_sampler sampler{*eng};
+    auto d = cordon("hv1", true);
+    BOOST_CHECK(d.cordoned && d.draining);
+    BOOST_CHECK_EQUAL(d.members + d.moved, 2u);
+    bool drained = wait_status(*eng, [](auto& st) {
+      if (st.drains.size() != 1 || st.drains[0].members != 0 || st.drains[0].moving != 0)
+        return false;
+      for (auto& [m, h] : running_where(st))
+        if (h == "hv1")
+          return false;
+      return all_in_rotation(st, 6);
+    }, 60s);
+    auto st = eng->status();
+    for (auto& x : st->drains)
+      BOOST_TEST_MESSAGE("drain " << x.host << ": " << x.members << " left, " << x.moving
+                                  << " moving, " << x.moved << " moved " << x.waiting);
+    BOOST_REQUIRE(drained);
+    BOOST_TEST_MESSAGE("hv1 drained in "
+                       << test::ms_of(std::chrono::steady_clock::now() - start) << " ms");
+    BOOST_CHECK_EQUAL(st->drains[0].moved, 2u);
+    // The originals are gone from hv1, and nobody else moved.
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = domains_on(0).empty();
+      std::this_thread::sleep_for(100ms);
+    }
+    BOOST_CHECK(gone);
+    for (auto& [m, h] : before)
+      if (h != "hv1")
+        BOOST_CHECK_EQUAL(running_where(*st)[m], h);
+    // Sampled every 100 ms from before the cordon: never below the count.
+    BOOST_CHECK_EQUAL(sampler.fewest.load(), 6u);
+    BOOST_CHECK_EQUAL(sampler.twice.load(), 0u);
+    for (auto& e : events->snapshot())
+      BOOST_CHECK_MESSAGE(e.joined, e.proxy << " left the rotation: " << e.reason);
+    BOOST_CHECK_EQUAL(st->replacements, 0u); // a drain is no loss
+  }
+  // Cordoned: a new member goes elsewhere.
+  auto cfg = config(7, 2);
+  BOOST_REQUIRE(eng->reload(cfg));
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_in_rotation(st, 7); }, 60s));
+  BOOST_CHECK(running_where(*eng->status())["eu-7"] != "hv1");
+  // Lifted: the next new member goes to the emptiest host, hv1.
+  BOOST_CHECK(!cordon("hv1", false).cordoned);
+  BOOST_REQUIRE(eng->reload(config(8, 2)));
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_in_rotation(st, 8); }, 60s));
+  BOOST_CHECK_EQUAL(running_where(*eng->status())["eu-8"], "hv1");
+  BOOST_CHECK(eng->status()->drains.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
