@@ -948,7 +948,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     },
     [self](atom::metrics) {
       auto& st = self->state;
-      return st.view.metrics() + group_metrics(st.groups.status(), st.groups.replacements());
+      return st.view.metrics()
+             + group_metrics(st.groups.status(), st.groups.replacements(), drain_rows(st));
     },
     [self](link_down& ev) {
       log::warn(to_string(actor_kind::fleet), "link_down " + ev.host + ": " + ev.reason);

@@ -244,7 +244,8 @@ std::string fleet_view::metrics() const {
   return x.take();
 }
 
-std::string group_metrics(const std::vector<group_status>& groups, uint64_t replacements) {
+std::string group_metrics(const std::vector<group_status>& groups, uint64_t replacements,
+                          const std::vector<host_drain>& drains) {
   exposition x;
   if (groups.empty())
     return {};
@@ -269,6 +270,14 @@ std::string group_metrics(const std::vector<group_status>& groups, uint64_t repl
   x.family("egress_group_replacements_total", "counter",
            "Members placed again off lost hosts so far.");
   x.sample("egress_group_replacements_total", "", static_cast<double>(replacements));
+  x.family("egress_drain_members", "gauge",
+           "Group members still on a host being drained (drain-host), by host.");
+  for (auto& d : drains)
+    x.sample("egress_drain_members", kv("host", d.host), static_cast<double>(d.members));
+  x.family("egress_drain_moving", "gauge",
+           "Replacements being made for a drained host's members, by host.");
+  for (auto& d : drains)
+    x.sample("egress_drain_moving", kv("host", d.host), static_cast<double>(d.moving));
   return x.take();
 }
 

@@ -164,10 +164,11 @@ void run_call(host_link_pointer self, call_pool::waiting call) {
   auto& st = self->state;
   auto id = call.id;
   auto what = call.job.what;
+  auto create = call.job.create;
   auto budget = call.job.budget.count() > 0 ? call.job.budget : st.opts.call_budget;
   auto worker = take_worker(self);
   auto conn = st.pool.take_connection([&] { return new_connection(st); });
-  st.pool.start(id, std::move(call.rp), worker, conn);
+  st.pool.start(id, std::move(call.rp), worker, conn, create);
   // The job runs with a connection of this generation; if the link dies,
   // the kill makes the job's blocked libvirt call (or its open) return.
   blocking_work work{what, [conn, fn = std::move(call.job.fn)]() -> caf::expected<std::any> {
@@ -471,7 +472,8 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
   st.name = actor_name(actor_kind::link, st.opts.host);
   st.calls.set_owner(st.name);
   st.backoff = dial_backoff{st.opts.redial_min, st.opts.redial_max};
-  st.pool = call_pool{{st.opts.max_calls, st.opts.connections, st.opts.abandoned_cap}};
+  st.pool = call_pool{
+    {st.opts.max_calls, st.opts.connections, st.opts.abandoned_cap, st.opts.max_creates}};
   // Every worker of the pool quits with the link, however the link ends: an
   // idle worker left behind would hold the actor system's shutdown, which
   // waits for every detached thread.

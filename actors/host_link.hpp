@@ -50,6 +50,9 @@ struct host_link_options {
   // the link stays dead instead of redialing: each redial could abandon more.
   // 0: twice max_calls.
   uint32_t abandoned_cap = 0;
+  // VM creates running at once, at most (the host's max-creates; 0: no
+  // limit of their own); other calls pass queued creates.
+  uint32_t max_creates = 0;
   // The safety net under libvirt's events: a bulk read of every domain's
   // state this often while proxies watch their domains (actors/host_link_watch).
   caf::timespan bulk_read_interval{0};

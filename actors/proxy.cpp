@@ -547,7 +547,8 @@ void create(proxy_pointer self) {
           self->state.create_failed = true;
         record_error(self, err, true);
       });
-    });
+    },
+    true);
 }
 
 // Destroys and undefines the domain and deletes its overlay and seed (if it

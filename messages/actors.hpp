@@ -31,6 +31,9 @@ struct call_job {
   std::string what;  // for logs, errors and the inspector: "define px-1"
   std::function<caf::expected<std::any>(lv::connection&)> fn;
   caf::timespan budget{0}; // 0: the host's call-budget
+  /// A VM's creation: at most max-creates of them run at once on a link
+  /// (actors/parts/call_pool.hpp), the other calls pass them in the queue.
+  bool create = false;
 };
 
 /// The value a job produced, type-erased; see link_call() for the typed side.

@@ -27,6 +27,9 @@ struct host_config {
   // directory must exist and be writable by the hypervisor's user.
   std::string console_log_dir;
   uint32_t max_calls = 5;   // libvirtd's max_client_requests default
+  // VM creates at once, at most (a reload or a re-placement must not swamp
+  // one libvirtd; the other calls pass queued creates).
+  uint32_t max_creates = 3;
   caf::timespan call_budget = std::chrono::seconds(30);
   caf::timespan connect_timeout = std::chrono::seconds(10);
   std::vector<std::string> address_sources{"lease", "agent", "arp"};

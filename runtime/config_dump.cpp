@@ -108,6 +108,7 @@ std::string host_line(const host_config& h) {
   if (!h.console_log_dir.empty())
     out += ", console-log-dir = " + quoted(h.console_log_dir);
   out += ", max-calls = " + std::to_string(h.max_calls)
+         + ", max-creates = " + std::to_string(h.max_creates)
          + ", call-budget = " + duration_text(h.call_budget)
          + ", connect-timeout = " + duration_text(h.connect_timeout)
          + ", address-sources = " + list(h.address_sources)

@@ -262,7 +262,7 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
                  "transport", "address", "port", "user", "key-file", "known-hosts",
                  "remote-socket", "remote-command", "socket", "bridge-dir",
                  "keepalive-interval", "keepalive-count", "ssh-keepalive",
-                 "ssh-watchdog", "tcp-user-timeout", "max-proxies", "memory-reserve-mib", "zone"}};
+                 "ssh-watchdog", "tcp-user-timeout", "max-proxies", "memory-reserve-mib", "zone", "max-creates"}};
   r.read("name", h.name, true);
   r.read("uri", h.uri);
   std::string node;
@@ -313,6 +313,7 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
   r.read("max-proxies", h.max_proxies, max_proxies_range);
   r.read("memory-reserve-mib", h.memory_reserve_mib);
   r.read("zone", h.zone);
+  r.read("max-creates", h.max_creates, max_creates_range);
   r.finish();
   return h;
 }

@@ -47,6 +47,10 @@ public:
     // Abandoned calls still running past which the link stays dead; 0:
     // twice max_calls.
     uint32_t abandoned_cap = 0;
+    // Creates (call_job::create) running at once, at most; 0: no limit of
+    // their own. A reload or a re-placement that creates many VMs on one
+    // host must not fill every slot with long creates while reads wait.
+    uint32_t max_creates = 0;
   };
 
   struct waiting {
@@ -59,6 +63,7 @@ public:
     Promise rp;
     Worker worker;
     connection_ptr conn;
+    bool create = false;
   };
 
   // What a dead link still held: the callers to fail, the workers to retire
@@ -79,12 +84,18 @@ public:
   }
 
   /// The next call to run, if one waits and fewer than max_calls run (the
-  /// link asks only while it is up).
+  /// link asks only while it is up): the first in the queue, but for a
+  /// create while max_creates run, which the next other call passes.
   std::optional<waiting> admit() {
-    if (queued_.empty() || in_flight_.size() >= limits_.max_calls)
+    if (in_flight_.size() >= limits_.max_calls)
       return std::nullopt;
-    auto w = std::move(queued_.front());
-    queued_.pop_front();
+    bool creates_full = limits_.max_creates > 0 && creates_ >= limits_.max_creates;
+    auto i = std::find_if(queued_.begin(), queued_.end(),
+                          [&](const waiting& w) { return !(creates_full && w.job.create); });
+    if (i == queued_.end())
+      return std::nullopt;
+    auto w = std::move(*i);
+    queued_.erase(i);
     return w;
   }
 
@@ -148,8 +159,9 @@ public:
 
   // -- in flight ----------------------------------------------------------------
 
-  void start(uint64_t id, Promise rp, Worker w, connection_ptr c) {
-    in_flight_.emplace(id, running{std::move(rp), std::move(w), std::move(c)});
+  void start(uint64_t id, Promise rp, Worker w, connection_ptr c, bool create = false) {
+    creates_ += create ? 1 : 0;
+    in_flight_.emplace(id, running{std::move(rp), std::move(w), std::move(c), create});
   }
 
   /// The call ended (answered, failed or past its budget): its promise,
@@ -161,6 +173,7 @@ public:
       return std::nullopt;
     auto r = std::move(i->second);
     in_flight_.erase(i);
+    creates_ -= r.create ? 1 : 0;
     for (auto& c : connections_)
       if (c.conn == r.conn && c.calls > 0)
         --c.calls;
@@ -178,6 +191,7 @@ public:
       out.workers.push_back(std::move(r.worker));
     }
     in_flight_.clear();
+    creates_ = 0;
     for (auto& w : queued_)
       out.callers.push_back(std::move(w.rp));
     queued_.clear();
@@ -200,6 +214,7 @@ public:
   // -- counts -------------------------------------------------------------------
 
   uint32_t in_flight() const noexcept { return static_cast<uint32_t>(in_flight_.size()); }
+  uint32_t creates() const noexcept { return creates_; }
   uint32_t queued() const noexcept { return static_cast<uint32_t>(queued_.size()); }
   uint32_t connections() const noexcept { return static_cast<uint32_t>(connections_.size()); }
   uint64_t overruns() const noexcept { return overruns_; }
@@ -222,6 +237,7 @@ private:
   uint64_t next_id_ = 0;
   std::deque<waiting> queued_;
   std::map<uint64_t, running> in_flight_;
+  uint32_t creates_ = 0;
   std::vector<connection_slot> connections_;
   std::vector<Worker> idle_;
   std::shared_ptr<std::vector<Worker>> all_ = std::make_shared<std::vector<Worker>>();

@@ -126,8 +126,9 @@ std::vector<engine_event> events_between(const gateway_status* before, const gat
 /// probe or the reason it left.
 engine_event rotation_event_of(const rotation_book::change& c, const std::string& why);
 
-/// The proxy groups' families of the metrics (actors/fleet_metrics.cpp):
-/// empty without groups.
-std::string group_metrics(const std::vector<group_status>& groups, uint64_t replacements);
+/// The proxy groups' and drains' families of the metrics
+/// (actors/fleet_metrics.cpp): empty without groups.
+std::string group_metrics(const std::vector<group_status>& groups, uint64_t replacements,
+                          const std::vector<host_drain>& drains);
 
 } // namespace egress

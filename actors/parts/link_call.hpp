@@ -18,11 +18,14 @@ namespace egress {
 /// caf::expected<T> that `fn` returns, or void when `fn` returns caf::error.
 /// `timeout` bounds the wait for the link's answer; the link itself enforces
 /// the call's budget and answers transient when it is exceeded.
+/// `create`: the call creates a VM (at most max-creates run at once on a
+/// link, actors/parts/call_pool.hpp).
 template <class T, class Self, class Fn, class OnOk, class OnErr>
 void link_call(Self* self, const host_link_actor& link, caf::timespan timeout,
-               std::string what, Fn fn, OnOk on_ok, OnErr on_err) {
+               std::string what, Fn fn, OnOk on_ok, OnErr on_err, bool create = false) {
   call_job job;
   job.what = std::move(what);
+  job.create = create;
   job.fn = [fn = std::move(fn)](lv::connection& c) -> caf::expected<std::any> {
     if constexpr (std::is_void_v<T>) {
       if (auto err = fn(c))

@@ -85,6 +85,7 @@ host_link_options link_options_of(const host_config& h, const engine_config& cfg
   auto plan = plan_calls(h);
   o.max_calls = plan.calls;
   o.connections = plan.connections;
+  o.max_creates = h.max_creates;
   o.call_budget = h.call_budget;
   o.connect_timeout = h.connect_timeout;
   o.redial_min = cfg.redial_min;

@@ -211,9 +211,16 @@ BOOST_AUTO_TEST_CASE(the_grafana_dashboard_asks_only_for_what_the_engine_exports
     "images = [ { name = \"base\", url = \"" + server.url() + "\", sha256 = \""
     + mirror::sha256_hex(image) + "\", format = \"raw\" } ]\n"
     "proxies = [ { name = \"px-1\", host = \"local\" },"
-    " { name = \"px-2\", host = \"local\", image = \"base\" } ]\n"}};
+    " { name = \"px-2\", host = \"local\", image = \"base\" } ]\n"
+    // A group, and a drain of its only host that can move nobody: the
+    // groups' and drains' families have samples.
+    "groups = [ { name = \"g\", count = 2, hosts = [\"local\"] } ]\n"}};
   BOOST_REQUIRE_MESSAGE(d.wait_listening(), d.log());
   BOOST_REQUIRE(test::eventually([&] { return d.metrics_port() != 0; }, 10s));
+  BOOST_REQUIRE(test::eventually([&] {
+    return d.shell({"--json", "-c", "status"}).output.find("\"placed\": 2") != std::string::npos;
+  }, 20s));
+  BOOST_REQUIRE(d.shell({"-c", "drain-host local"}).ok());
   BOOST_REQUIRE(d.shell({"-c", "kill-link local"}).ok());
   std::map<std::string, std::set<std::string>> exported; // family -> labels
   BOOST_REQUIRE_MESSAGE(test::eventually([&] {
@@ -234,7 +241,8 @@ BOOST_AUTO_TEST_CASE(the_grafana_dashboard_asks_only_for_what_the_engine_exports
         labels.insert((*i)[1].str());
     }
     return exported.contains("egress_link_deaths_total")
-           && exported.contains("egress_image_state");
+           && exported.contains("egress_image_state")
+           && exported.contains("egress_drain_members");
   }, 20s), d.log());
   std::ifstream file{std::string{EGRESS_SOURCE_DIR} + "/dist/grafana/egress-engine.json"};
   auto dash = nlohmann::json::parse(file);

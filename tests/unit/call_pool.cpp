@@ -36,14 +36,20 @@ std::optional<uint64_t> start_next(pool_type& pool, int w) {
   if (!call)
     return std::nullopt;
   auto conn = pool.take_connection(unopened);
-  pool.start(call->id, std::move(call->rp), w, conn);
+  pool.start(call->id, std::move(call->rp), w, conn, call->job.create);
   return call->id;
+}
+
+call_job create_named(std::string what) {
+  auto job = job_named(std::move(what));
+  job.create = true;
+  return job;
 }
 
 } // namespace
 
 BOOST_AUTO_TEST_CASE(spec_26_the_pool_admits_at_most_max_calls_first_come_first_served) {
-  pool_type pool{{3, 3, 0}};
+  pool_type pool{{3, 3, 0, 0}};
   for (int i = 0; i < 5; ++i)
     pool.enqueue(job_named("call " + std::to_string(i)), "caller " + std::to_string(i));
   std::vector<std::string> order;
@@ -66,7 +72,7 @@ BOOST_AUTO_TEST_CASE(spec_26_the_pool_admits_at_most_max_calls_first_come_first_
 }
 
 BOOST_AUTO_TEST_CASE(spec_26_calls_at_once_each_take_a_connection_of_their_own_up_to_the_limit) {
-  pool_type pool{{3, 3, 0}};
+  pool_type pool{{3, 3, 0, 0}};
   pool.add_connection(unopened()); // the dial's
   for (int i = 0; i < 3; ++i)
     pool.enqueue(job_named("c"), "r");
@@ -89,7 +95,7 @@ BOOST_AUTO_TEST_CASE(spec_26_calls_at_once_each_take_a_connection_of_their_own_u
 }
 
 BOOST_AUTO_TEST_CASE(spec_26_calls_share_the_dials_connection_where_libvirt_allows_it) {
-  pool_type pool{{4, 1, 0}};
+  pool_type pool{{4, 1, 0, 0}};
   auto dial = unopened();
   pool.add_connection(dial);
   for (int i = 0; i < 4; ++i) {
@@ -106,7 +112,7 @@ BOOST_AUTO_TEST_CASE(spec_26_calls_share_the_dials_connection_where_libvirt_allo
 }
 
 BOOST_AUTO_TEST_CASE(spec_26_a_worker_is_reused_once_it_answered_and_never_once_forgotten) {
-  pool_type pool{{2, 2, 0}};
+  pool_type pool{{2, 2, 0, 0}};
   BOOST_CHECK(!pool.idle_worker()); // none yet: the link starts one
   pool.add_worker(7);
   pool.add_worker(8);
@@ -126,7 +132,7 @@ BOOST_AUTO_TEST_CASE(spec_26_a_worker_is_reused_once_it_answered_and_never_once_
 }
 
 BOOST_AUTO_TEST_CASE(spec_02_a_dead_link_hands_over_every_caller_worker_and_connection_at_once) {
-  pool_type pool{{2, 2, 0}};
+  pool_type pool{{2, 2, 0, 0}};
   pool.add_connection(unopened());
   for (int i = 0; i < 5; ++i)
     pool.enqueue(job_named("c"), "caller " + std::to_string(i));
@@ -143,30 +149,64 @@ BOOST_AUTO_TEST_CASE(spec_02_a_dead_link_hands_over_every_caller_worker_and_conn
 }
 
 BOOST_AUTO_TEST_CASE(spec_26_the_abandoned_cap_is_twice_max_calls_unless_set) {
-  pool_type twice{{5, 1, 0}};
+  pool_type twice{{5, 1, 0, 0}};
   BOOST_CHECK_EQUAL(twice.abandoned_cap(), 10u);
   BOOST_CHECK(!twice.over_abandoned_cap(9));
   BOOST_CHECK(twice.over_abandoned_cap(10));
-  pool_type set{{5, 1, 3}};
+  pool_type set{{5, 1, 3, 0}};
   BOOST_CHECK(set.over_abandoned_cap(3));
 }
 
+BOOST_AUTO_TEST_CASE(spec_36_creates_past_max_creates_wait_and_other_calls_pass_them) {
+  pool_type pool{{5, 5, 0, 2}};
+  for (int i = 0; i < 4; ++i)
+    pool.enqueue(create_named("create px-" + std::to_string(i)), "create " + std::to_string(i));
+  pool.enqueue(job_named("read px-0"), "read");
+  std::vector<std::string> order;
+  std::vector<uint64_t> ids;
+  while (auto call = pool.admit()) {
+    order.push_back(call->rp);
+    ids.push_back(call->id);
+    pool.start(call->id, call->rp, static_cast<int>(call->id), pool.take_connection(unopened),
+               call->job.create);
+  }
+  // Two creates, then the read passes the two that wait.
+  BOOST_CHECK((order == std::vector<std::string>{"create 0", "create 1", "read"}));
+  BOOST_CHECK_EQUAL(pool.creates(), 2u);
+  BOOST_CHECK_EQUAL(pool.queued(), 2u);
+  BOOST_REQUIRE(pool.finish(ids[0]));
+  auto next = pool.admit();
+  BOOST_REQUIRE(next);
+  BOOST_CHECK_EQUAL(next->rp, "create 2");
+  // Without a limit of their own, creates take every slot.
+  pool_type open{{5, 5, 0, 0}};
+  for (int i = 0; i < 6; ++i)
+    open.enqueue(create_named("create"), "c");
+  int admitted = 0;
+  while (auto call = open.admit()) {
+    open.start(call->id, call->rp, admitted, open.take_connection(unopened), true);
+    ++admitted;
+  }
+  BOOST_CHECK_EQUAL(admitted, 5);
+}
+
 // Seeded random interleavings of enqueue, admit and finish: never more than
-// max_calls in flight, never more connections than the limit, and with a
-// connection per call never two calls on one.
+// max_calls in flight nor max_creates creates, never more connections than
+// the limit, and with a connection per call never two calls on one.
 BOOST_AUTO_TEST_CASE(spec_26_random_interleavings_keep_the_limits) {
   for (unsigned seed = 1; seed <= 200; ++seed) {
     std::minstd_rand rng{seed};
     uint32_t max_calls = 1 + rng() % 6;
     uint32_t connections = (rng() % 2 == 0) ? 1 : max_calls;
-    pool_type pool{{max_calls, connections, 0}};
+    uint32_t max_creates = rng() % 3;
+    pool_type pool{{max_calls, connections, 0, max_creates}};
     pool.add_connection(unopened());
     std::vector<uint64_t> running;
     size_t enqueued = 0, finished = 0;
     for (int step = 0; step < 300; ++step) {
       switch (rng() % 3) {
         case 0:
-          pool.enqueue(job_named("c"), "r");
+          pool.enqueue(rng() % 2 == 0 ? job_named("c") : create_named("v"), "r");
           ++enqueued;
           break;
         case 1:
@@ -182,6 +222,8 @@ BOOST_AUTO_TEST_CASE(spec_26_random_interleavings_keep_the_limits) {
           }
       }
       BOOST_REQUIRE_LE(pool.in_flight(), max_calls);
+      if (max_creates > 0)
+        BOOST_REQUIRE_LE(pool.creates(), max_creates);
       BOOST_REQUIRE_LE(pool.connections(), connections);
       BOOST_REQUIRE_EQUAL(pool.in_flight() + pool.queued() + finished, enqueued);
       if (connections == max_calls)

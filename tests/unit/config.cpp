@@ -258,7 +258,7 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_host) {
                          "user, key-file, known-hosts, remote-socket, remote-command, "
                          "socket, bridge-dir, keepalive-interval, keepalive-count, "
                          "ssh-keepalive, ssh-watchdog, tcp-user-timeout, max-proxies, "
-                         "memory-reserve-mib, zone)"));
+                         "memory-reserve-mib, zone, max-creates)"));
 }
 
 BOOST_AUTO_TEST_CASE(unknown_top_level_section) {
