@@ -440,6 +440,10 @@ void collect_on(fleet_pointer self, const host_config& h,
   for (auto& p : st.cfg.proxies)
     if (p.host == h.name)
       req.declared.insert(p.name);
+  // Every member placed there, whatever the config as it runs says.
+  for (auto& [member, at] : st.groups.host_of())
+    if (at == h.name)
+      req.declared.insert(member);
   // A member handed over has a VM on both hosts until its original goes.
   for (auto& [name, ho] : st.handovers)
     if (ho.from == h.name || ho.to == h.name)
@@ -580,6 +584,8 @@ config_diff converge(fleet_pointer self, engine_config next) {
       retire_proxy(self, name);
   for (auto& name : moved)
     retire_proxy(self, name);
+  for (auto& h : d.hosts_removed)
+    st.host_drains.erase(h);
   auto gone_hosts = d.hosts_removed;
   gone_hosts.insert(gone_hosts.end(), d.hosts_changed.begin(), d.hosts_changed.end());
   retire_images(self, d.images_changed, gone_hosts);
@@ -793,7 +799,7 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
 // connection, the HTTP listener at exit); any other child's unexpected end
 // is logged.
 void on_down(fleet_pointer self, const caf::down_msg& msg) {
-  if (self->state.silenced.erase(msg.source) > 0)
+  if (self->state.silenced.erase(msg.source) > 0 || replacement_down(self, msg.source))
     return;
   auto& ws = self->state.watchers;
   auto before = ws.size() + self->state.followers.size();
@@ -839,7 +845,12 @@ void take_proxy_status(fleet_pointer self, proxy_status& s) {
   auto& st = self->state;
   if (from_silenced(self) || take_replacement_status(self, s))
     return;
-  if (!st.proxies.contains(s.name) && s.phase != proxy_phase::deleted
+  auto i = st.proxies.find(s.name);
+  auto sender = self->current_sender();
+  // An older actor of that name (retired, its successor running): not news.
+  if (i != st.proxies.end() && sender && sender->address() != i->second.address())
+    return;
+  if (i == st.proxies.end() && s.phase != proxy_phase::deleted
       && s.phase != proxy_phase::deleting)
     return;
   tell_health(self, s);
@@ -850,8 +861,11 @@ void take_proxy_status(fleet_pointer self, proxy_status& s) {
 // hear of it; a link that came up is surveyed.
 void take_link_status(fleet_pointer self, link_status& s) {
   auto& st = self->state;
-  // A retired link's last words are not news.
-  if (!st.links.contains(s.host))
+  // A retired link's last words are not news, even when a new link of
+  // that host runs (a reload changed its settings).
+  auto link = st.links.find(s.host);
+  auto sender = self->current_sender();
+  if (link == st.links.end() || (sender && sender->address() != link->second.address()))
     return;
   self->send(st.health, s);
   collect_owed(self, s);
@@ -861,8 +875,10 @@ void take_link_status(fleet_pointer self, link_status& s) {
   auto host = s.host;
   st.groups.link_changed(host, s.state, std::chrono::steady_clock::now());
   record(self, std::move(s));
-  if (came_up)
+  if (came_up) {
+    st.survey_owed.insert(host);
     survey_host(self, host);
+  }
   regroup(self);
 }
 
@@ -906,6 +922,9 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
     [self](atom::gc, atom::poll) { gc_tick(self); },
     [self](atom::place, atom::poll) {
       regroup(self);
+      survey_owed(self);
+      remove_stale(self); // one that failed is tried again
+      advance_drains(self);
       if (!self->state.stopping)
         self->delayed_send(self, place_tick, atom::place_v, atom::poll_v);
     },

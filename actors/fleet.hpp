@@ -50,6 +50,8 @@ struct host_book {
 struct handover {
   std::string from, to;
   proxy_actor replacement;
+  host_link_actor link; // the link of `to` it was made through
+  std::chrono::steady_clock::time_point started;
   proxy_status last; // the replacement's last push
   proxy_actor original; // set once the replacement took the name
 };
@@ -81,6 +83,7 @@ struct fleet_state {
   std::set<std::string> gc_owed; // hosts whose last collection failed
   group_book groups;               // where group members run (fleet_groups.cpp)
   std::set<std::string> surveying; // hosts whose survey is in flight
+  std::set<std::string> survey_owed; // hosts to survey (again) once their link is up
   std::set<std::string> removing;  // hosts whose stale copies are being removed
   std::map<std::string, handover> handovers; // by member (fleet_drain.cpp)
   std::map<std::string, host_drain> host_drains; // by host: the cordoned ones
@@ -110,8 +113,13 @@ proxy_spec member_spec(const group_config& g, const std::string& name, const hos
 engine_config with_members(const engine_config& declared, const group_book& book);
 
 /// Reads the marked domains and free memory of a host whose link came up,
-/// then places (regroup).
+/// then places (regroup). One at a time per host: a host that owes a
+/// survey meanwhile (its link went down and up again) is surveyed again
+/// at the next tick, as is one whose survey failed.
 void survey_host(fleet_pointer self, const std::string& host);
+
+/// Surveys every host that owes one and whose link is up.
+void survey_owed(fleet_pointer self);
 
 /// Removes the copies of members that run on other hosts now from the
 /// hosts that are up.
@@ -137,8 +145,15 @@ void record_status(fleet_pointer self, proxy_status s);
 /// drain-host (on) or undrain-host: the host's drain as it stands after.
 caf::result<host_drain> cordon_host(fleet_pointer self, const std::string& host, bool on);
 
-/// Starts the replacements the drains may have now (max-surge per group).
+/// Gives up the replacements that cannot pass (their host lost, removed or
+/// relinked by a reload, or past handover_bound), then starts the ones the
+/// drains may have now (max-surge per group). Run at every placement tick.
 void advance_drains(fleet_pointer self);
+
+/// A replacement actor that ended before it took its member's name: its
+/// handover is given up (tried again by the next advance_drains). False if
+/// `who` was none.
+bool replacement_down(fleet_pointer self, const caf::actor_addr& who);
 
 /// A replacement's push or verdict: true when it was one (taken here).
 bool take_replacement_status(fleet_pointer self, const proxy_status& s);

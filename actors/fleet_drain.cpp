@@ -65,6 +65,8 @@ void start_replacement(fleet_pointer self, const std::string& member, const std:
   auto& ho = st.handovers[member];
   ho.from = from;
   ho.to = to;
+  ho.link = st.links.at(to);
+  ho.started = std::chrono::steady_clock::now();
   ho.replacement = start_proxy(self, member_spec(*g, member, *h));
   log::info(to_string(actor_kind::fleet),
             member + ": its replacement is made on " + to + " (drain of " + from + ")");
@@ -102,14 +104,17 @@ void take_name(fleet_pointer self, const std::string& member, handover& ho) {
   self->delayed_send(self, grace, atom::erase_v, atom::poll_v, member);
 }
 
-void finish_handover(fleet_pointer self, const std::string& member) {
+// `gone`: the original deleted its VM. Otherwise the copy stays in the
+// survey of its host, whose stale removal takes it.
+void finish_handover(fleet_pointer self, const std::string& member, bool gone) {
   auto& st = self->state;
   auto i = st.handovers.find(member);
   if (i == st.handovers.end())
     return;
   auto from = i->second.from;
   st.handovers.erase(i);
-  st.groups.removed(from, {member}); // its survey's copy is gone
+  if (gone)
+    st.groups.removed(from, {member});
   if (auto d = st.host_drains.find(from); d != st.host_drains.end()) {
     bool left = std::any_of(st.groups.host_of().begin(), st.groups.host_of().end(),
                             [&](auto& x) { return x.second == from; });
@@ -148,10 +153,24 @@ caf::result<host_drain> cordon_host(fleet_pointer self, const std::string& host,
   return out;
 }
 
+// A replacement that has not passed within this is given up and made
+// again (elsewhere, if its host is the trouble).
+constexpr auto handover_bound = std::chrono::minutes(10);
+
 void advance_drains(fleet_pointer self) {
   auto& st = self->state;
   if (st.stopping)
     return;
+  auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> stuck;
+  for (auto& [m, h] : st.handovers) {
+    auto link = st.links.find(h.to);
+    if (!h.original
+        && (link == st.links.end() || link->second != h.link || st.groups.is_lost(h.to, now)
+            || now - h.started > handover_bound))
+      stuck.push_back(m);
+  }
+  cancel_handovers(self, stuck);
   std::map<std::string, uint32_t> in_flight; // replacements by host they go to
   for (auto& [_, h] : st.handovers)
     if (!h.original)
@@ -212,14 +231,17 @@ void erase_original(fleet_pointer self, const std::string& member) {
     return;
   auto h = host_config_of(st, i->second.from);
   auto timeout = h ? caller_timeout(*h) : caf::timespan{std::chrono::minutes(1)};
-  self->request(i->second.original, timeout, atom::erase_v)
-    .then([self, member](proxy_status&) { finish_handover(self, member); },
-          [self, member](caf::error& err) {
-            // Its VM stays where its host could not be reached: the host's
-            // next survey finds it stale (fleet_groups.cpp).
+  auto original = i->second.original;
+  self->request(original, timeout, atom::erase_v)
+    .then([self, member](proxy_status&) { finish_handover(self, member, true); },
+          [self, member, original](caf::error& err) {
+            // Its VM stays where its host could not be reached: stale there,
+            // removed by mark once the host answers (fleet_groups.cpp). Its
+            // actor must not live on to recreate it.
             log::warn(to_string(actor_kind::fleet),
                       member + ": the original was not deleted: " + render(err));
-            finish_handover(self, member);
+            self->send_exit(original, caf::exit_reason::user_shutdown);
+            finish_handover(self, member, false);
           });
 }
 
@@ -235,9 +257,24 @@ void cancel_handovers(fleet_pointer self, const std::vector<std::string>& member
     auto h = host_config_of(st, i->second.to);
     self->request(r, h ? caller_timeout(*h) : caf::timespan{std::chrono::minutes(1)},
                   atom::erase_v)
-      .then([](proxy_status&) {}, [](caf::error&) {});
+      .then([](proxy_status&) {},
+            // Not deleted: the copy is stale on its host, and its actor ends.
+            [self, r](caf::error&) { self->send_exit(r, caf::exit_reason::user_shutdown); });
     st.handovers.erase(i);
   }
+}
+
+bool replacement_down(fleet_pointer self, const caf::actor_addr& who) {
+  auto& st = self->state;
+  for (auto i = st.handovers.begin(); i != st.handovers.end(); ++i)
+    if (!i->second.original && i->second.replacement.address() == who) {
+      log::warn(to_string(actor_kind::fleet),
+                i->first + ": its replacement on " + i->second.to + " ended; tried again");
+      self->send(st.health, atom::forget_v, key_of(i->first, i->second.to));
+      st.handovers.erase(i);
+      return true;
+    }
+  return false;
 }
 
 std::vector<host_drain> drain_rows(const fleet_state& st) {

@@ -53,6 +53,7 @@ void survey_host(fleet_pointer self, const std::string& host) {
                         [&](auto& x) { return x.name == host; });
   if (link == st.links.end() || h == st.cfg.hosts.end() || st.surveying.contains(host))
     return;
+  st.survey_owed.erase(host);
   st.surveying.insert(host);
   // The test driver's memory figures are invented (a custom node cannot
   // tell, the default one says a few MiB): it limits nothing.
@@ -81,9 +82,19 @@ void survey_host(fleet_pointer self, const std::string& host) {
     },
     [self, host](const caf::error& err) {
       self->state.surveying.erase(host);
+      self->state.survey_owed.insert(host);
       log::warn(to_string(actor_kind::fleet), host + ": survey failed: " + render(err)
-                            + " (read again when its link is up again)");
+                            + " (read again at the next tick its link is up)");
     });
+}
+
+void survey_owed(fleet_pointer self) {
+  auto& st = self->state;
+  auto& links = st.view.links();
+  auto owed = st.survey_owed; // survey_host changes it
+  for (auto& host : owed)
+    if (auto l = links.find(host); l != links.end() && l->second.state == link_state::up)
+      survey_host(self, host);
 }
 
 void remove_stale(fleet_pointer self) {
@@ -108,6 +119,10 @@ void remove_stale(fleet_pointer self) {
     req.host = host;
     req.pool = h->pool;
     req.only = {names.begin(), names.end()};
+    // Placed back there meanwhile: not stale any more.
+    for (auto& [member, at] : st.groups.host_of())
+      if (at == host)
+        req.declared.insert(member);
     link_call<gc_report>(
       self, link->second, caller_timeout(*h), "remove stale copies",
       [req](lv::connection& c) { return provision::collect(c, req); },

@@ -248,9 +248,13 @@ void rename_target(health_pointer self, const std::string& from, const std::stri
   bool was_in = false;
   if (auto old = st.targets.find(to); old != st.targets.end()) {
     was_in = old->second.view.in_rotation;
+    t.view.drained = old->second.view.drained; // an operator's drain stays
     st.targets.erase(old);
   }
   t.view.name = to;
+  // A batch in flight answers for the old key, which is gone: the target
+  // is due again rather than waiting for it forever.
+  t.in_flight = false;
   bool in = t.view.in_rotation;
   t.view.in_rotation = was_in;
   auto& now = st.targets[to] = std::move(t);

@@ -1,6 +1,7 @@
 // bench/scale: N proxies on libvirt's in-process test driver.
 //
 //   bench-scale [--proxies N] [--hosts H] [--poll-ms P] [--rest-s S]
+//   bench-scale --groups [--proxies N] [--hosts H]
 //
 // Prints: time to converge (every proxy running with an address), peak RSS
 // per proxy (the in-process test driver's domains included), the heap in
@@ -14,11 +15,18 @@
 // engine (libvirt's event) against a loop that reads the domain's state
 // every P ms, as a poller would (today's poll-interval), side by side in
 // five rounds. No assertions: figures only.
+//
+// With --groups: the same N proxies over H hosts declared by hand, then as
+// one group of N members on the H hosts, each from start to every proxy
+// running, side by side in one run (the ratio is the cost of the engine
+// placing them: the hosts' surveys, then place()), and place() alone over
+// that shape (median of 5).
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -34,6 +42,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "actors/parts/placement.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/domains.hpp"
@@ -210,13 +219,122 @@ destroy_figures destroy_out_of_band(caf::actor_system& sys, egress::engine& eng,
 
 } // namespace
 
+// From start to `n` proxies running; the engine is stopped after.
+double converge_s(caf::actor_system& sys, const egress::engine_config& ec, size_t n) {
+  auto t0 = steady_clock::now();
+  auto eng = egress::engine::start(sys, ec);
+  if (!eng) {
+    std::fprintf(stderr, "start failed: %s\n", egress::render(eng.error()).c_str());
+    return -1;
+  }
+  for (;;) {
+    if (auto st = eng->status(seconds(30))) {
+      auto running = std::count_if(st->proxies.begin(), st->proxies.end(), [](auto& p) {
+        return p.phase == egress::proxy_phase::running;
+      });
+      if (static_cast<size_t>(running) == n)
+        break;
+    }
+    if (steady_clock::now() - t0 > minutes(10)) {
+      std::fprintf(stderr, "%s did not converge in 10 min\n", ec.entry.c_str());
+      return -1;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  auto out = ms(steady_clock::now() - t0) / 1000.0;
+  if (auto err = eng->stop(seconds(60)))
+    std::fprintf(stderr, "stop: %s\n", egress::render(err).c_str());
+  return out;
+}
+
+egress::engine_config fleet_on(const std::string& entry, size_t hosts, long poll_ms) {
+  egress::engine_config ec;
+  ec.entry = entry;
+  ec.poll_interval = milliseconds(poll_ms);
+  ec.probe.mode = "off";
+  ec.gc = false;
+  for (size_t h = 0; h < hosts; ++h) {
+    egress::host_config hc;
+    hc.name = "hv" + std::to_string(h);
+    hc.uri = "test:///default";
+    hc.domain_type = "test";
+    hc.network = "default";
+    hc.address_sources = {"lease"};
+    ec.hosts.push_back(hc);
+  }
+  return ec;
+}
+
+// --groups: by hand against as a group, and place() alone.
+int groups_case(caf::actor_system& sys, size_t n, size_t hosts, long poll_ms) {
+  auto held = egress::lv::connection::open("test:///default"); // the driver's state lives on
+  auto hand = fleet_on("hand", hosts, poll_ms);
+  for (size_t i = 0; i < n; ++i) {
+    egress::proxy_spec p;
+    p.name = "px-" + std::to_string(i);
+    p.host = "hv" + std::to_string(i % hosts);
+    p.network = "default";
+    hand.proxies.push_back(p);
+  }
+  auto grouped = fleet_on("grouped", hosts, poll_ms);
+  egress::group_config g;
+  g.name = "g";
+  g.count = static_cast<uint32_t>(n);
+  for (auto& h : grouped.hosts)
+    g.hosts.push_back(h.name);
+  g.member.network = "default";
+  grouped.groups.push_back(g);
+  auto hand_s = converge_s(sys, hand, n);
+  auto group_s = converge_s(sys, grouped, n);
+  // place() alone: every member new, every host open.
+  std::vector<egress::placement_group> pgs{{g.name, g.count, g.hosts, g.member.memory_mib, {}}};
+  std::map<std::string, egress::placement_host> room;
+  for (auto& h : g.hosts)
+    room[h].free_memory_mib = UINT64_MAX;
+  std::vector<double> place_ms;
+  size_t placed = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = steady_clock::now();
+    placed = egress::place(pgs, room, {}).host_of.size();
+    place_ms.push_back(ms(steady_clock::now() - t0));
+  }
+  std::sort(place_ms.begin(), place_ms.end());
+  std::printf("bench/scale --groups: %zu proxies on %zu test-driver hosts, poll %ld ms\n", n,
+              hosts, poll_ms);
+  std::printf("  converge, declared by hand: %.2f s; as one group: %.2f s: %.2fx (goal <= 1.1x)\n",
+              hand_s, group_s, hand_s > 0 ? group_s / hand_s : 0.0);
+  std::printf("  place() alone, %zu members over %zu hosts: %.1f ms (median of 5)\n", placed,
+              hosts, place_ms[2]);
+  using egress::test::figures;
+  // Columns of their own: scale-groups.csv beside scale.csv.
+  if (const char* path = std::getenv("EGRESS_BENCH_CSV"); path != nullptr && *path != '\0') {
+    std::string p = path;
+    if (p.ends_with(".csv"))
+      p.resize(p.size() - 4);
+    ::setenv("EGRESS_BENCH_CSV", (p + "-groups.csv").c_str(), 1);
+  }
+  figures csv{"proxies", "hosts", "hand_converge_s", "group_converge_s", "ratio", "place_ms"};
+  csv.row({std::to_string(n), std::to_string(hosts), figures::cell(hand_s),
+           figures::cell(group_s), figures::cell(hand_s > 0 ? group_s / hand_s : 0.0),
+           figures::cell(place_ms[2])});
+  return hand_s > 0 && group_s > 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   size_t n = 10000;
   size_t hosts = 1;
   long poll_ms = 2000;
   long rest_s = 20;
+  bool groups = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string{argv[i]} == "--groups")
+      groups = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
+    if (a == "--groups") {
+      --i; // no value
+      continue;
+    }
     if (a == "--proxies")
       n = std::stoul(argv[i + 1]);
     else if (a == "--hosts")
@@ -230,6 +348,8 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   egress::configure(cfg);
   caf::actor_system sys{cfg};
+  if (groups)
+    return groups_case(sys, n, hosts, poll_ms);
 
   egress::engine_config ec;
   ec.entry = "bench";

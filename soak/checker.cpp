@@ -33,6 +33,10 @@ void checker::on_status(const fleet_status& st, double answer_s, clock_type::tim
   if (answer_s > held_bound_s_)
     add(t_s, "a status request was held " + seconds_text(answer_s) + " (bound "
                + seconds_text(held_bound_s_) + ")");
+  std::set<std::string> names;
+  for (auto& n : st.rotation)
+    if (!names.insert(n).second)
+      add(t_s, n + " is in the rotation twice");
   std::set<std::string> in;
   for (auto& p : st.proxies) {
     if (p.in_rotation) {

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <caf/scoped_actor.hpp>
 #include <nlohmann/json.hpp>
 
 #include "messages/error.hpp"
@@ -61,6 +62,14 @@ public:
     return eng_->reload(cfg);
   }
   caf::expected<fleet_status> status() override { return eng_->status(10s); }
+  caf::expected<host_drain> cordon(const std::string& host, bool on) override {
+    caf::scoped_actor self{sys_};
+    caf::expected<host_drain> out{host_drain{}};
+    self->request(eng_->fleet(), 10s, atom::cordon_v, host, on)
+      .receive([&](host_drain& d) { out = std::move(d); },
+               [&](caf::error& err) { out = std::move(err); });
+    return out;
+  }
   std::string kind() const override { return "in-process"; }
   pid_t pid() const override { return ::getpid(); }
 
@@ -99,6 +108,7 @@ fleet_status from_json(const nlohmann::json& j) {
     s.last_error = p.at("last_error").get<std::string>();
     st.proxies.push_back(std::move(s));
   }
+  st.rotation = j.at("rotation").get<std::vector<std::string>>();
   return st;
 }
 
@@ -205,6 +215,20 @@ public:
       return failure(std::string{"caf-shell status: "} + e.what() + ": "
                      + testbed::detail::tail(r.output, 3));
     }
+  }
+
+  caf::expected<host_drain> cordon(const std::string& host, bool on) override {
+    auto r = testbed::run({caf_shell, address_, "--identity=" + identity_dir(), "--json",
+                           "--timeout=5000", "-c",
+                           (on ? "drain-host " : "undrain-host ") + host},
+                          10s);
+    if (!r.ok())
+      return failure("caf-shell " + std::string{on ? "drain-host" : "undrain-host"} + ": exit "
+                     + std::to_string(r.exit_code) + ": " + testbed::detail::tail(r.output, 3));
+    host_drain d;
+    d.host = host;
+    d.cordoned = on;
+    return d;
   }
 
   std::string kind() const override { return "caf-run"; }

@@ -30,6 +30,8 @@ public:
   virtual caf::error kill() = 0;
   virtual caf::expected<std::string> reload(const engine_config& cfg) = 0;
   virtual caf::expected<fleet_status> status() = 0;
+  /// drain-host (on) or undrain-host.
+  virtual caf::expected<host_drain> cordon(const std::string& host, bool on) = 0;
   /// "in-process" or "caf-run".
   virtual std::string kind() const = 0;
   /// The process whose threads, descriptors and memory are the engine's.

@@ -31,8 +31,8 @@ proxy_maker maker_for(const std::vector<std::unique_ptr<soak_host>>& hosts) {
 }
 
 declared_fleet::declared_fleet(int proxies, const std::vector<std::string>& hosts,
-                               proxy_maker maker)
-  : maker_(std::move(maker)) {
+                               proxy_maker maker, int members)
+  : maker_(std::move(maker)), members_(members) {
   for (int i = 0; i < proxies; ++i)
     add(hosts[static_cast<size_t>(i) % hosts.size()]);
 }
@@ -77,6 +77,18 @@ proxy_spec& declared_fleet::add(const std::string& host) {
   return proxies_.back();
 }
 
+group_config declared_fleet::group_of(const std::vector<std::string>& hosts) const {
+  group_config g;
+  g.name = group;
+  g.count = static_cast<uint32_t>(members_);
+  g.hosts = hosts;
+  g.member = maker_.make(group, hosts.front());
+  g.member.name.clear();
+  g.member.host.clear();
+  g.max_surge = 2;
+  return g;
+}
+
 engine_config config_of(const declared_fleet& fleet,
                         const std::vector<std::unique_ptr<soak_host>>& hosts,
                         const soak_mirror* mirror) {
@@ -88,6 +100,13 @@ engine_config config_of(const declared_fleet& fleet,
   for (auto& h : hosts)
     cfg.hosts.push_back(h->config());
   cfg.proxies = fleet.proxies();
+  if (fleet.members() > 0) {
+    std::vector<std::string> names;
+    for (auto& h : hosts)
+      names.push_back(h->name());
+    cfg.groups.push_back(fleet.group_of(names));
+    cfg.host_grace = 8s;
+  }
   if (mirror) {
     // As the e2e suite probes (testbed/local_host.cpp): every host's
     // VM network has the same subnet, each in its own namespace.

@@ -32,12 +32,23 @@ struct proxy_maker {
 
 proxy_maker maker_for(const std::vector<std::unique_ptr<soak_host>>& hosts);
 
+/// The proxy group the soak declares with --members: its members are
+/// named g-<n> and may run on every host.
+inline const std::string group = "g";
+
 /// The declared fleet and its changes (the reload fault).
 class declared_fleet {
 public:
-  declared_fleet(int proxies, const std::vector<std::string>& hosts, proxy_maker maker);
+  declared_fleet(int proxies, const std::vector<std::string>& hosts, proxy_maker maker,
+                 int members = 0);
 
   const std::vector<proxy_spec>& proxies() const { return proxies_; }
+
+  /// The group's count (0: no group).
+  int members() const { return members_; }
+
+  /// The group as the config declares it (count 0 without one).
+  group_config group_of(const std::vector<std::string>& hosts) const;
 
   /// The names of the proxies declared on `host`.
   std::set<std::string> on(const std::string& host) const;
@@ -56,10 +67,13 @@ private:
   proxy_maker maker_;
   std::vector<proxy_spec> proxies_;
   int next_ = 0;
+  int members_ = 0;
 };
 
 /// The engine's config for `fleet` on the bed's `hosts`, gc on; with the VM
-/// bed's `mirror` (null on the test driver) its images and HTTP probes.
+/// bed's `mirror` (null on the test driver) its images and HTTP probes;
+/// with members, the group over every host, host-grace 8 s (a lose_host
+/// holds 15 to 25 s), max-surge 2.
 engine_config config_of(const declared_fleet& fleet,
                         const std::vector<std::unique_ptr<soak_host>>& hosts,
                         const soak_mirror* mirror);

@@ -1,8 +1,8 @@
 // soak: randomized faults across many hosts, the engine's promises checked
 // all along (every 250 ms, between the nemesis's actions).
 //
-//   soak [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]
-//        [--bed test-driver|vms] [--engine in-process|caf-run]
+//   soak [--hosts N] [--proxies P] [--members G] [--minutes M] [--seed S]
+//        [--out DIR] [--bed test-driver|vms] [--engine in-process|caf-run]
 //                                                (root; exit 77 otherwise)
 //   EGRESS_CAF_RUN, EGRESS_CAF_SHELL: other binaries than the build's (an
 //   installed engine, or copies that a rebuild does not replace mid-run);
@@ -10,7 +10,9 @@
 //
 // The bed (soak/bed.hpp): N hosts, each a private libvirtd and, in front of
 // it, an sshd in a network namespace of its own (the engine's only way in);
-// P proxies round-robin over them (soak/fleet.hpp), gc on. On the test
+// P proxies round-robin over them (soak/fleet.hpp), gc on; with --members,
+// a proxy group of G members over every host, and drain-host and host
+// losses past host-grace among the faults. On the test
 // driver the proxies are image-less records and probes are off (the test
 // driver's addresses are made up). On the VM bed (--bed vms: the e2e suite's
 // hosts, QEMU under TCG) they are the appliance, booted from a kernel and an
@@ -60,8 +62,8 @@ namespace {
 
 void print_usage(std::FILE* to, const char* argv0) {
   std::fprintf(to,
-               "usage: %s [--hosts N] [--proxies P] [--minutes M] [--seed S] [--out DIR]"
-               " [--bed test-driver|vms] [--engine in-process|caf-run]\n",
+               "usage: %s [--hosts N] [--proxies P] [--members G] [--minutes M] [--seed S]"
+               " [--out DIR] [--bed test-driver|vms] [--engine in-process|caf-run]\n",
                argv0);
 }
 
@@ -92,6 +94,10 @@ std::optional<int> parse(int argc, char** argv, run_options& o) {
       o.proxies = static_cast<int>(std::strtol(v.c_str(), &end, 10));
       if (*end != '\0' || o.proxies < 1 || o.proxies > 5000)
         return usage_error(argv[0], "--proxies takes 1..5000: " + v);
+    } else if (a == "--members") {
+      o.members = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+      if (*end != '\0' || o.members < 0 || o.members > 5000)
+        return usage_error(argv[0], "--members takes 0..5000: " + v);
     } else if (a == "--minutes") {
       o.minutes = std::strtod(v.c_str(), &end);
       if (*end != '\0' || !(o.minutes >= 0.5) || o.minutes > 24 * 60)
@@ -115,6 +121,8 @@ std::optional<int> parse(int argc, char** argv, run_options& o) {
       return usage_error(argv[0], "unknown option " + a);
     }
   }
+  if (o.members > 0 && o.bed != "test-driver")
+    return usage_error(argv[0], "--members needs --bed test-driver");
   if (!o.seed_given)
     o.seed = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   if (o.out.empty())
@@ -130,6 +138,7 @@ std::vector<fault> draw_schedule(const run_options& o, schedule_options& so) {
   so.seconds = o.minutes * 60;
   so.quiet_s = std::max(30.0, so.seconds / 10);
   so.images = o.bed == "vms";
+  so.groups = o.members > 0;
   auto schedule = make_schedule(so);
   std::printf("soak: seed=%llu (replay: --seed %llu), %d hosts, %d proxies, %g minutes, %zu"
               " faults scheduled, output %s\n",

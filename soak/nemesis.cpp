@@ -41,7 +41,13 @@ void nemesis::inflict(const fault& f) {
   auto excuse = clock_type::now() + grace;
   std::string what = std::string{to_string(f.kind)} + " " + h.name();
   switch (f.kind) {
+    case fault_kind::drain_host:
+      // Nothing excused: a drain must keep every member in the rotation.
+      run_.cordon(h.name(), true);
+      run_.note(what);
+      return;
     case fault_kind::partition:
+    case fault_kind::lose_host:
     case fault_kind::stop_libvirtd:
     case fault_kind::kill_libvirtd:
     case fault_kind::kill_sshd:
@@ -49,7 +55,8 @@ void nemesis::inflict(const fault& f) {
       // it, alone: its proxies have no excuse to leave the rotation.
       if (f.kind != fault_kind::kill_sshd)
         check_.excuse_host(h.name(), far);
-      h.apply(f.kind == fault_kind::partition       ? host_fault::partitioned
+      h.apply(f.kind == fault_kind::partition || f.kind == fault_kind::lose_host
+                ? host_fault::partitioned
               : f.kind == fault_kind::stop_libvirtd ? host_fault::libvirtd_stopped
               : f.kind == fault_kind::kill_libvirtd ? host_fault::libvirtd_killed
                                                     : host_fault::sshd_killed);
@@ -156,6 +163,11 @@ void nemesis::heal(fault_kind kind, int host_index) {
   }
   if (kind == fault_kind::fill_pool) {
     free_pool(h);
+    return;
+  }
+  if (kind == fault_kind::drain_host) {
+    run_.cordon(h.name(), false);
+    run_.note("undrain " + h.name());
     return;
   }
   h.heal();

@@ -48,6 +48,8 @@ public:
   /// started again. A failed stop or kill is a violation; a start that
   /// fails throws, and ends the run.
   virtual void restart_engine(bool hard) = 0;
+  /// drain-host (on) or undrain-host; a refusal is a violation.
+  virtual void cordon(const std::string& host, bool on) = 0;
 };
 
 class nemesis {

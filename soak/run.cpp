@@ -84,7 +84,7 @@ public:
   soak_run(const run_options& o, std::vector<std::unique_ptr<soak_host>>& hosts,
            soak_mirror* mirror, std::unique_ptr<engine_driver> eng)
     : o_(o), hosts_(hosts), mirror_(mirror), eng_(std::move(eng)),
-      fleet_(o.proxies, host_names(hosts), maker_for(hosts)),
+      fleet_(o.proxies, host_names(hosts), maker_for(hosts), o.members),
       // A status answer past the call budget + 1 s is a held caller; through
       // caf-shell the bound also covers the shell's start and its TLS dial.
       check_(eng_->kind() == "caf-run" ? 9.0 : 6.0, orphan_bound_s),
@@ -112,6 +112,12 @@ public:
     return eng_->reload(config_of(fleet, hosts_, mirror_));
   }
 
+  void cordon(const std::string& host, bool on) override {
+    if (auto d = eng_->cordon(host, on); !d)
+      check_.add(now_s(), std::string{on ? "drain-host " : "undrain-host "} + host
+                            + " refused: " + render(d.error()));
+  }
+
   void restart_engine(bool hard) override {
     if (!hard)
       stop_engine();
@@ -136,6 +142,7 @@ private:
   void probe_through_proxies();
   bool converged();
   bool hosts_converged();
+  std::set<std::string> declared_on(const std::string& host) const;
   void print_fleet();
   std::optional<double> wait_converged(double bound_s);
   void settle_and_check_footprint();
@@ -284,7 +291,7 @@ void soak_run::tick(bool hosts_too) {
     if (!h->readable())
       continue; // libvirtd is stopped or killed by the nemesis
     if (auto ours = h->marked(entry)) {
-      check_.on_host(h->name(), *ours, fleet_.on(h->name()), clock_type::now(), now_s());
+      check_.on_host(h->name(), *ours, declared_on(h->name()), clock_type::now(), now_s());
       if (mirror_)
         check_boots(*h, *ours);
     } else
@@ -359,8 +366,9 @@ bool soak_run::converged() {
     else if (bad.empty())
       bad = p.name + " " + to_string(p.phase) + " " + p.last_error;
   }
-  if (good != fleet_.proxies().size() || st->proxies.size() != good) {
-    last_unconverged_ = std::to_string(good) + "/" + std::to_string(fleet_.proxies().size())
+  auto declared = fleet_.proxies().size() + static_cast<size_t>(fleet_.members());
+  if (good != declared || st->proxies.size() != good) {
+    last_unconverged_ = std::to_string(good) + "/" + std::to_string(declared)
                         + " proxies ready" + (bad.empty() ? "" : "; first not: " + bad);
     return false;
   }
@@ -370,6 +378,16 @@ bool soak_run::converged() {
       return false;
     }
   return hosts_converged();
+}
+
+// The hand-declared proxies of `host`, and the group members the engine
+// last said run there (the engine places them).
+std::set<std::string> soak_run::declared_on(const std::string& host) const {
+  auto out = fleet_.on(host);
+  for (auto& p : last_.proxies)
+    if (p.host == host && p.name.rfind(group + "-", 0) == 0)
+      out.insert(p.name);
+  return out;
 }
 
 // Exactly the declared domains of ours on every host.
@@ -383,9 +401,9 @@ bool soak_run::hosts_converged() {
     std::set<std::string> names;
     for (auto& d : *ours)
       names.insert(d.name);
-    if (names != fleet_.on(h->name())) {
+    if (names != declared_on(h->name())) {
       last_unconverged_ = h->name() + " holds " + std::to_string(names.size())
-                          + " domains of ours, " + std::to_string(fleet_.on(h->name()).size())
+                          + " domains of ours, " + std::to_string(declared_on(h->name()).size())
                           + " declared";
       return false;
     }

@@ -9,10 +9,14 @@
 // Violations, each with its time:
 //  - a status request answered later than the call budget + 1 s;
 //  - a proxy leaving the rotation while nothing excuses it (no fault on its
-//    host, its VM untouched, its spec unchanged, no engine restart), or out
-//    of it for more than 60 s with nothing excusing it;
+//    host, its VM untouched, its spec unchanged, no engine restart; a
+//    drain-host excuses nothing), or out of it for more than 60 s with
+//    nothing excusing it (a group member placed again off a lost host is
+//    made on its new host within that);
+//  - a name twice in the rotation;
 //  - a domain with our mark that no proxy declares on its host, for longer
-//    than 90 s (a removed proxy's VM left behind);
+//    than 90 s (a removed proxy's VM left behind; a group member's copy on a
+//    host it no longer runs on);
 //  - the unmarked domain "foreign" stopped, started or removed; the
 //    unmarked file that fills a pool removed;
 //  - the VM bed: a proxy kept in the rotation while the soak's own requests
@@ -48,6 +52,7 @@ namespace egress::soak {
 struct run_options {
   int hosts = 3;
   int proxies = 30;
+  int members = 0; // --members: a proxy group over every host (draws drain_host, lose_host)
   double minutes = 2;
   uint64_t seed = 0;
   bool seed_given = false;

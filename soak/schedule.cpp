@@ -21,6 +21,13 @@ constexpr fault_kind image_kinds[] = {
   fault_kind::break_mirror,   fault_kind::fill_pool,
 };
 
+constexpr fault_kind group_kinds[] = {
+  fault_kind::partition,      fault_kind::stop_libvirtd,   fault_kind::kill_libvirtd,
+  fault_kind::kill_sshd,      fault_kind::destroy_domain,  fault_kind::undefine_domain,
+  fault_kind::reload,         fault_kind::restart_engine,  fault_kind::drain_host,
+  fault_kind::lose_host,      fault_kind::lose_host,
+};
+
 // std::mt19937_64's output is fixed by the standard; the distributions are
 // not (they differ between standard libraries), so the draws are done here.
 double uniform(std::mt19937_64& rng, double lo, double hi) {
@@ -42,13 +49,16 @@ const char* to_string(fault_kind k) {
     case fault_kind::lose_image: return "lose_image";
     case fault_kind::break_mirror: return "break_mirror";
     case fault_kind::fill_pool: return "fill_pool";
+    case fault_kind::drain_host: return "drain_host";
+    case fault_kind::lose_host: return "lose_host";
   }
   return "?";
 }
 
 bool holds_host(fault_kind k) {
   return k == fault_kind::partition || k == fault_kind::stop_libvirtd
-         || k == fault_kind::kill_libvirtd || k == fault_kind::kill_sshd;
+         || k == fault_kind::kill_libvirtd || k == fault_kind::kill_sshd
+         || k == fault_kind::drain_host || k == fault_kind::lose_host;
 }
 
 bool held(fault_kind k) {
@@ -66,11 +76,15 @@ std::vector<fault> make_schedule(const schedule_options& o) {
        t += uniform(rng, o.min_gap_s, o.max_gap_s)) {
     fault f;
     f.at_s = t;
-    f.kind = o.images ? image_kinds[rng() % std::size(image_kinds)]
-                      : kinds[rng() % std::size(kinds)];
+    f.kind = o.images   ? image_kinds[rng() % std::size(image_kinds)]
+             : o.groups ? group_kinds[rng() % std::size(group_kinds)]
+                        : kinds[rng() % std::size(kinds)];
     f.host = static_cast<int>(rng() % busy_until.size());
     f.pick = rng();
     double hold = uniform(rng, o.min_hold_s, o.max_hold_s);
+    if (f.kind == fault_kind::lose_host)
+      hold = o.lose_min_s + (hold - o.min_hold_s) / std::max(o.max_hold_s - o.min_hold_s, 1e-9)
+                              * (o.lose_max_s - o.lose_min_s);
     // The mirror and each pool hold one fault at a time; neither takes a
     // host out.
     if (f.kind == fault_kind::break_mirror || f.kind == fault_kind::fill_pool) {

@@ -23,6 +23,9 @@ enum class fault_kind : uint8_t {
   lose_image,       // a cached image's data file or marker removed from the pool, and a VM there destroyed
   break_mirror,     // the mirror stalls, cuts, corrupts or answers 500 (by the pick); fixed at the end
   fill_pool,        // a file takes every free byte of the host's pool filesystem; removed at the end
+  // Only with a proxy group (schedule_options::groups):
+  drain_host,       // caf-shell drain-host: its members handed over elsewhere; undrain-host at the end
+  lose_host,        // a partition past host-grace: its members placed again elsewhere; heal
 };
 
 const char* to_string(fault_kind k);
@@ -52,6 +55,10 @@ struct schedule_options {
   /// the draws are those of the bed without images: a seed replays the same
   /// faults.
   bool images = false;
+  /// Draws drain_host and lose_host too (a proxy group is declared). A
+  /// lose_host holds `lose_min_s` to `lose_max_s`, past host-grace.
+  bool groups = false;
+  double lose_min_s = 15, lose_max_s = 25;
 };
 
 /// The faults, sorted by start. At most hosts - 1 hosts are held at once (a

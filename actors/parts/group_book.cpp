@@ -148,6 +148,11 @@ bool group_book::lost(const host_state& h, clock::time_point now) const {
   return !h.up && now - h.since >= grace_;
 }
 
+bool group_book::is_lost(const std::string& host, clock::time_point now) const {
+  auto i = state_.find(host);
+  return i == state_.end() || lost(i->second, now);
+}
+
 bool group_book::due(clock::time_point now) const {
   if (dirty_ || !replacing_.empty())
     return true;
@@ -243,6 +248,9 @@ std::map<std::string, placement_host> group_book::room() const {
 }
 
 bool group_book::place_now(clock::time_point now) {
+  // Compared with the result: an adoption is a change too (after a start,
+  // every member may be found and none placed anew).
+  auto before = host_of_;
   std::vector<placement_group> wanted;
   std::map<std::string, std::string> leaving; // member -> the lost host it leaves
   for (auto& g : groups_) {
@@ -295,7 +303,7 @@ bool group_book::place_now(clock::time_point now) {
                                                    + duration_text(grace_) + ")"
                                                : "; " + why)});
   }
-  bool changed = result.host_of != host_of_;
+  bool changed = result.host_of != before;
   host_of_ = std::move(result.host_of);
   dirty_ = false;
   return changed;

@@ -73,6 +73,9 @@ public:
 
   bool cordoned(const std::string& host) const;
 
+  /// Down longer than host-grace (or not a host of the config).
+  bool is_lost(const std::string& host, clock::time_point now) const;
+
   /// Where `member` would go if it left its host now (a drain's
   /// replacement), or why nowhere; `in_flight` counts the replacements
   /// already under way on each host.

@@ -107,6 +107,22 @@ BOOST_AUTO_TEST_CASE(spec_32_a_survey_adopts_what_it_finds_and_the_first_copy_wi
               && !b.is_member("eu-03"));
 }
 
+// Found fix: adoption was written into the book before the comparison, so a
+// restart that found every member reported no change and the fleet started
+// none of them.
+BOOST_AUTO_TEST_CASE(spec_32_a_restart_that_finds_every_member_is_a_change) {
+  auto cfg = config(2, {"hv1", "hv2"});
+  group_book b;
+  b.configure(cfg, t0);
+  std::map<std::string, host_survey> found;
+  found["hv1"].marked = {{"eu-1", true}};
+  found["hv2"].marked = {{"eu-2", true}};
+  bring_up(b, cfg, t0, found);
+  BOOST_CHECK(b.step(t0, never));
+  BOOST_CHECK_EQUAL(b.host_of().at("eu-1"), "hv1");
+  BOOST_CHECK_EQUAL(b.host_of().at("eu-2"), "hv2");
+}
+
 BOOST_AUTO_TEST_CASE(spec_33_a_lost_host_s_members_move_after_host_grace_within_max_surge) {
   auto cfg = config(6, {"hv1", "hv2", "hv3"}, 2);
   group_book b;
