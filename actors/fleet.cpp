@@ -31,6 +31,22 @@ const T* by_name(const std::vector<T>& xs, const std::string& name) {
   return i == xs.end() ? nullptr : &*i;
 }
 
+// Proxies by name: a fleet of 10,000 is compared name by name on every
+// placement (bench/scale.cpp --groups), which a linear search made quadratic.
+std::unordered_map<std::string, const proxy_spec*> by_names(const std::vector<proxy_spec>& xs) {
+  std::unordered_map<std::string, const proxy_spec*> out;
+  out.reserve(xs.size());
+  for (auto& x : xs)
+    out.emplace(x.name, &x);
+  return out;
+}
+
+const proxy_spec* find_in(const std::unordered_map<std::string, const proxy_spec*>& m,
+                          const std::string& name) {
+  auto i = m.find(name);
+  return i == m.end() ? nullptr : i->second;
+}
+
 std::string names(const std::vector<std::string>& xs) {
   std::string out;
   for (auto& x : xs)
@@ -66,8 +82,10 @@ config_diff diff(const engine_config& from, const engine_config& to) {
   auto touched = [&](const std::vector<std::string>& xs, const std::string& x) {
     return std::find(xs.begin(), xs.end(), x) != xs.end();
   };
+  auto before = by_names(from.proxies);
+  auto after = by_names(to.proxies);
   for (auto& p : to.proxies) {
-    auto old = by_name(from.proxies, p.name);
+    auto old = find_in(before, p.name);
     if (!old)
       d.proxies_added.push_back(p.name);
     else if (auto imgs = p.images();
@@ -77,9 +95,21 @@ config_diff diff(const engine_config& from, const engine_config& to) {
       d.proxies_changed.push_back(p.name);
   }
   for (auto& p : from.proxies)
-    if (!by_name(to.proxies, p.name))
+    if (!after.contains(p.name))
       d.proxies_removed.push_back(p.name);
   return d;
+}
+
+void index_specs(fleet_state& st) {
+  st.spec_at.clear();
+  st.spec_at.reserve(st.cfg.proxies.size());
+  for (size_t i = 0; i < st.cfg.proxies.size(); ++i)
+    st.spec_at.emplace(st.cfg.proxies[i].name, i);
+}
+
+const proxy_spec* spec_of(const fleet_state& st, const std::string& name) {
+  auto i = st.spec_at.find(name);
+  return i == st.spec_at.end() ? nullptr : &st.cfg.proxies[i->second];
 }
 
 std::string config_diff::summary() const {
@@ -409,7 +439,7 @@ std::string endpoint_of(const proxy_status& s, uint32_t port) {
 // probed as member@host (actors/fleet_drain.cpp).
 void tell_health(fleet_pointer self, const proxy_status& s, const std::string& key = {}) {
   auto& st = self->state;
-  auto spec = by_name(st.cfg.proxies, s.name);
+  auto spec = spec_of(st, s.name);
   if (!spec || st.retiring.contains(s.name))
     return;
   auto copy = s;
@@ -537,10 +567,7 @@ constexpr auto gc_period = std::chrono::minutes(10);
 
 // Whether a changed proxy's VM is deleted and made anew (its spec or one of
 // its images changed), not adopted by its new actor.
-bool vm_replaced(const engine_config& from, const engine_config& to, const config_diff& d,
-                 const std::string& name) {
-  auto before = by_name(from.proxies, name);
-  auto after = by_name(to.proxies, name);
+bool vm_replaced(const proxy_spec* before, const proxy_spec* after, const config_diff& d) {
   if (!before || !after || !(*before == *after))
     return true;
   auto imgs = after->images();
@@ -552,9 +579,7 @@ bool vm_replaced(const engine_config& from, const engine_config& to, const confi
 
 // Whether `name` leaves a host that is down for another: nothing there can
 // be drained or serves, so its new VM is not kept waiting for a drain.
-bool leaves_down_host(fleet_pointer self, const engine_config& next, const std::string& name) {
-  auto before = by_name(self->state.cfg.proxies, name);
-  auto after = by_name(next.proxies, name);
+bool leaves_down_host(fleet_pointer self, const proxy_spec* before, const proxy_spec* after) {
   if (!before || !after || before->host == after->host)
     return false;
   auto& links = self->state.view.links();
@@ -575,13 +600,20 @@ config_diff converge(fleet_pointer self, engine_config next) {
   cancel_handovers(self, d.proxies_changed);
   std::vector<std::string> to_drain = d.proxies_removed;
   std::vector<std::string> moved; // off a host that is down: made anew at once
-  for (auto& name : d.proxies_changed)
-    if (leaves_down_host(self, next, name))
-      moved.push_back(name);
-    else if (vm_replaced(st.cfg, next, d, name))
-      to_drain.push_back(name);
-    else
-      retire_proxy(self, name);
+  {
+    auto before = by_names(st.cfg.proxies);
+    auto after = by_names(next.proxies);
+    for (auto& name : d.proxies_changed) {
+      auto b = find_in(before, name);
+      auto a = find_in(after, name);
+      if (leaves_down_host(self, b, a))
+        moved.push_back(name);
+      else if (vm_replaced(b, a, d))
+        to_drain.push_back(name);
+      else
+        retire_proxy(self, name);
+    }
+  }
   for (auto& name : moved)
     retire_proxy(self, name);
   for (auto& h : d.hosts_removed)
@@ -592,6 +624,7 @@ config_diff converge(fleet_pointer self, engine_config next) {
   for (auto& h : gone_hosts)
     retire_link(self, h, "host settings changed by a reload");
   st.cfg = std::move(next);
+  index_specs(st);
   if (d.probe_changed) {
     self->send_exit(st.health, caf::exit_reason::user_shutdown);
     tell(self, st.view.clear_rotation(watched(self)));
@@ -619,7 +652,7 @@ config_diff converge(fleet_pointer self, engine_config next) {
     retire_proxy(self, name);
     if (st.stopping)
       return;
-    if (auto p = by_name(st.cfg.proxies, name)) {
+    if (auto p = spec_of(st, name)) {
       spawn_proxy(self, *p); // its VM is replaced by the new actor
     } else if (auto h = by_name(st.cfg.hosts, host); h && st.cfg.gc && st.gateway) {
       // Drained: now its VM goes (the reload's own pass kept it).
@@ -779,6 +812,7 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
   st.book = std::make_shared<host_book>();
   // Members are placed once their hosts are surveyed (regroup).
   st.declared = st.cfg;
+  index_specs(st);
   st.groups.configure(st.declared, std::chrono::steady_clock::now());
   for (auto& h : st.cfg.hosts)
     spawn_link(self, h);
@@ -879,7 +913,6 @@ void take_link_status(fleet_pointer self, link_status& s) {
     st.survey_owed.insert(host);
     survey_host(self, host);
   }
-  regroup(self);
 }
 
 } // namespace

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include <caf/typed_event_based_actor.hpp>
 
@@ -60,6 +61,7 @@ struct fleet_state {
   std::string name = to_string(actor_kind::fleet);
   engine_config declared; // as the operator wrote it
   engine_config cfg;      // as it runs: `declared` with each placed group member a proxy
+  std::unordered_map<std::string, size_t> spec_at; // cfg.proxies by name (index_specs)
   fleet_hooks hooks;
   std::map<std::string, host_link_actor> links;
   std::map<std::string, proxy_actor> proxies;
@@ -93,6 +95,12 @@ struct fleet_state {
 
 using fleet_pointer = fleet_actor::stateful_pointer<fleet_state>;
 
+/// Indexes st.cfg.proxies by name; after every change of st.cfg.
+void index_specs(fleet_state& st);
+
+/// The proxy of the config as it runs, by name (nullptr if none).
+const proxy_spec* spec_of(const fleet_state& st, const std::string& name);
+
 fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
                                       fleet_hooks hooks);
 
@@ -113,7 +121,7 @@ proxy_spec member_spec(const group_config& g, const std::string& name, const hos
 engine_config with_members(const engine_config& declared, const group_book& book);
 
 /// Reads the marked domains and free memory of a host whose link came up,
-/// then places (regroup). One at a time per host: a host that owes a
+/// for the next placement tick (regroup). One at a time per host: a host that owes a
 /// survey meanwhile (its link went down and up again) is surveyed again
 /// at the next tick, as is one whose survey failed.
 void survey_host(fleet_pointer self, const std::string& host);

@@ -85,9 +85,8 @@ void take_name(fleet_pointer self, const std::string& member, handover& ho) {
     st.silenced.insert(ho.original.address());
   }
   st.proxies[member] = ho.replacement;
-  for (auto& p : st.cfg.proxies)
-    if (p.name == member)
-      p = spec;
+  if (auto i = st.spec_at.find(member); i != st.spec_at.end())
+    st.cfg.proxies[i->second] = spec;
   st.view.declare_proxy(spec);
   st.groups.handed_over(member, ho.to);
   self->send(st.health, atom::rename_v, key_of(member, ho.to), member);

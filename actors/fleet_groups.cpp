@@ -75,10 +75,11 @@ void survey_host(fleet_pointer self, const std::string& host) {
           s.free_memory_mib = *free;
       return s;
     },
+    // Placed at the next tick: a start surveys every host, and one
+    // placement after the last costs less than one per survey.
     [self, host](host_survey& s) {
       self->state.surveying.erase(host);
       self->state.groups.surveyed(host, std::move(s));
-      regroup(self);
     },
     [self, host](const caf::error& err) {
       self->state.surveying.erase(host);
