@@ -909,7 +909,9 @@ void take_link_status(fleet_pointer self, link_status& s) {
   auto host = s.host;
   st.groups.link_changed(host, s.state, std::chrono::steady_clock::now());
   record(self, std::move(s));
-  if (came_up) {
+  // Only a host a group may use is surveyed: without groups the fleet
+  // makes no call it did not make before.
+  if (came_up && st.groups.listed(host)) {
     st.survey_owed.insert(host);
     survey_host(self, host);
   }
@@ -922,7 +924,11 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
   start_fleet(self, std::move(cfg), std::move(hooks));
   self->set_down_handler([self](const caf::down_msg& msg) { on_down(self, msg); });
   return {
-    [self](atom::ls) { return directory_of(self->state); },
+    [self](atom::ls) {
+      auto rows = directory_of(self->state);
+      add_unplaced(rows, self->state, caf::actor_cast<caf::actor>(self));
+      return rows;
+    },
     [self](atom::status) {
       auto& st = self->state;
       auto out = st.view.status(st.cfg.node, st.cfg.entry);

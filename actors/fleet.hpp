@@ -107,6 +107,11 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
 /// The fleet's actors with their state, for the inspector (fleet_directory.cpp).
 std::vector<directory_row> directory_of(const fleet_state& st);
 
+/// A row for each group member no host can take now (the first 100), state
+/// "unplaced" and why, answered for by the fleet itself (`fleet`).
+void add_unplaced(std::vector<directory_row>& rows, const fleet_state& st,
+                  const caf::actor& fleet);
+
 /// How long a proxy waits for its link's answer: a dial, a wait in the queue
 /// behind one full budget, the call's own budget, and a second of slack.
 caf::timespan caller_timeout(const host_config& host);

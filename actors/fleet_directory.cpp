@@ -134,4 +134,23 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
   return out;
 }
 
+void add_unplaced(std::vector<directory_row>& rows, const fleet_state& st,
+                  const caf::actor& fleet) {
+  // Bounded: the reasons repeat, and each row is probed (the fleet answers
+  // for the members it holds no actor for).
+  constexpr size_t shown = 100;
+  size_t n = 0;
+  for (auto& w : st.groups.waiting()) {
+    if (st.groups.host_of().contains(w.member) || n++ >= shown)
+      continue;
+    directory_row e;
+    e.row.kind = actor_kind::proxy;
+    e.row.name = w.member;
+    e.row.state = "unplaced";
+    e.row.details = {kv("why", w.reason)};
+    e.handle = fleet;
+    rows.push_back(std::move(e));
+  }
+}
+
 } // namespace egress

@@ -6,8 +6,7 @@
 //   2. once it passes, it takes the member's name: the health actor renames
 //      its verdict (the member never leaves the rotation), the rotation's
 //      entry moves to the new address in one generation, and the gateway
-//      moves HAProxy's server there (connections in flight stay with the
-//      original);
+//      moves HAProxy's server there (new connections go to the replacement);
 //   3. after the gateway's drain grace the original deletes its VM and ends.
 // undrain-host lifts the cordon; handovers under way finish, members are
 // not moved back. The group book (actors/parts/group_book.hpp) says where a
@@ -97,8 +96,9 @@ void take_name(fleet_pointer self, const std::string& member, handover& ho) {
     ++d->second.moved;
   log::info(to_string(actor_kind::fleet), member + ": handed over from " + ho.from + " to "
                                             + ho.to + "; the original goes after the drain grace");
-  // Connections in flight through the gateway stay with the original until
-  // they end: it goes after the gateway's drain grace (at once without one).
+  // Connections made through the gateway before the move may still run to
+  // the original: it goes after the gateway's drain grace (at once without
+  // one).
   auto grace = st.gateway ? st.cfg.gateway.drain_grace : caf::timespan{0};
   self->delayed_send(self, grace, atom::erase_v, atom::poll_v, member);
 }

@@ -92,6 +92,11 @@ void survey_host(fleet_pointer self, const std::string& host) {
 void survey_owed(fleet_pointer self) {
   auto& st = self->state;
   auto& links = st.view.links();
+  // A host a reload just put in a group has not been surveyed yet.
+  for (auto& [host, _] : links)
+    if (st.groups.listed(host) && !st.groups.surveyed(host))
+      st.survey_owed.insert(host);
+  std::erase_if(st.survey_owed, [&](auto& h) { return !st.groups.listed(h); });
   auto owed = st.survey_owed; // survey_host changes it
   for (auto& host : owed)
     if (auto l = links.find(host); l != links.end() && l->second.state == link_state::up)

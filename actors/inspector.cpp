@@ -1,5 +1,6 @@
 #include "actors/inspector.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -49,7 +50,9 @@ std::string no_reply(caf::timespan timeout) {
 caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
                      caf::timespan timeout) {
   struct progress {
-    std::unordered_map<caf::actor_id, size_t> probe_at; // into job->rows
+    // Into job->rows; one actor may answer for several rows (the fleet for
+    // the group members it holds no actor for), one answer per row.
+    std::unordered_multimap<caf::actor_id, size_t> probe_at;
     std::unordered_map<caf::actor_id, size_t> owner_at; // into job->owners
     std::vector<bool> owner_done;
     std::vector<actor_row> calls;
@@ -93,7 +96,8 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
   }
   self->delayed_send(self, timeout, caf::timeout_atom_v);
   self->set_down_handler([job, pg](caf::down_msg& msg) {
-    if (auto i = pg->probe_at.find(msg.source.id()); i != pg->probe_at.end())
+    auto [from, to] = pg->probe_at.equal_range(msg.source.id());
+    for (auto i = from; i != to; ++i)
       if (auto& e = job->rows[i->second]; e.liveness.empty())
         e.liveness = msg.reason ? "ended (" + render(msg.reason) + ")" : "ended";
   });
@@ -102,8 +106,9 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
       auto src = self->current_sender();
       if (pg->closing || !src)
         return;
-      auto i = pg->probe_at.find(src->id());
-      if (i == pg->probe_at.end() || !job->rows[i->second].liveness.empty())
+      auto [from, to] = pg->probe_at.equal_range(src->id());
+      auto i = std::find_if(from, to, [&](auto& x) { return job->rows[x.second].liveness.empty(); });
+      if (i == to)
         return;
       job->rows[i->second].liveness = "ok " + elapsed_text(clock_type::now() - pg->sent);
       if (--pg->open == 0)

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -167,6 +168,32 @@ struct maintenance_figures {
 };
 
 // drain-host hv2 of a group of `members` on the three hosts.
+// Starts `cfg`, waits until `members` are in the rotation, then records
+// every join and leave while `act` takes hv2 out and until `done` holds.
+maintenance_figures maintain(caf::actor_system& sys, const engine_config& cfg, uint32_t members,
+                             const std::function<bool(engine&)>& act,
+                             const std::function<bool(const fleet_status&)>& done) {
+  maintenance_figures out;
+  auto eng = engine::start(sys, cfg);
+  if (!eng)
+    return out;
+  stop_guard guard{eng};
+  if (!wait_for(*eng, [&](auto& st) { return st.rotation.size() == members; }, seconds(60)))
+    return out;
+  auto log = std::make_shared<size_log>();
+  eng->subscribe(sys.spawn(record_sizes, log));
+  auto t0 = steady_clock::now();
+  if (!act(*eng))
+    return out;
+  if (wait_for(*eng, [&](auto& st) {
+        return running_on(st, "hv2") == 0 && st.rotation.size() == members && done(st);
+      }, seconds(120)))
+    out.took_ms = ms_since(t0);
+  out.smallest = smallest(log, members);
+  return out;
+}
+
+// drain-host hv2 of a group of `members` on the three hosts.
 maintenance_figures by_drain(caf::actor_system& sys,
                              std::vector<std::unique_ptr<host_bed>>& hosts, uint32_t members) {
   auto cfg = base("drain", hosts, minutes(5));
@@ -177,26 +204,18 @@ maintenance_figures by_drain(caf::actor_system& sys,
   for (auto& h : cfg.hosts)
     g.hosts.push_back(h.name);
   cfg.groups.push_back(g);
-  maintenance_figures out;
-  auto eng = engine::start(sys, cfg);
-  if (!eng)
-    return out;
-  stop_guard guard{eng};
-  if (!wait_for(*eng, [&](auto& st) { return st.rotation.size() == members; }, seconds(60)))
-    return out;
-  auto log = std::make_shared<size_log>();
-  eng->subscribe(sys.spawn(record_sizes, log));
-  caf::scoped_actor self{sys};
-  auto t0 = steady_clock::now();
-  self->request(eng->fleet(), seconds(10), atom::cordon_v, std::string{"hv2"}, true)
-    .receive([](host_drain&) {}, [](caf::error&) {});
-  if (wait_for(*eng, [&](auto& st) {
-        return running_on(st, "hv2") == 0 && st.rotation.size() == members
-               && !st.drains.empty() && st.drains[0].members == 0 && st.drains[0].moving == 0;
-      }, seconds(120)))
-    out.took_ms = ms_since(t0);
-  out.smallest = smallest(log, members);
-  return out;
+  return maintain(
+    sys, cfg, members,
+    [&](engine& eng) {
+      caf::scoped_actor self{sys};
+      bool ok = false;
+      self->request(eng.fleet(), seconds(10), atom::cordon_v, std::string{"hv2"}, true)
+        .receive([&](host_drain&) { ok = true; }, [](caf::error&) {});
+      return ok;
+    },
+    [](const fleet_status& st) {
+      return !st.drains.empty() && st.drains[0].members == 0 && st.drains[0].moving == 0;
+    });
 }
 
 // What an operator does without drain-host: the same fleet declared by
@@ -208,29 +227,14 @@ maintenance_figures by_reload(caf::actor_system& sys,
   for (uint32_t i = 0; i < members; ++i)
     cfg.proxies.push_back(test::test_proxy("bh-" + std::to_string(i + 1),
                                            "hv" + std::to_string(i % 3 + 1)));
-  maintenance_figures out;
-  auto eng = engine::start(sys, cfg);
-  if (!eng)
-    return out;
-  stop_guard guard{eng};
-  if (!wait_for(*eng, [&](auto& st) { return st.rotation.size() == members; }, seconds(60)))
-    return out;
-  auto log = std::make_shared<size_log>();
-  eng->subscribe(sys.spawn(record_sizes, log));
   auto next = cfg;
   int k = 0;
   for (auto& p : next.proxies)
     if (p.host == "hv2")
       p.host = (k++ % 2 == 0) ? "hv1" : "hv3";
-  auto t0 = steady_clock::now();
-  if (!eng->reload(next))
-    return out;
-  if (wait_for(*eng, [&](auto& st) {
-        return running_on(st, "hv2") == 0 && st.rotation.size() == members;
-      }, seconds(120)))
-    out.took_ms = ms_since(t0);
-  out.smallest = smallest(log, members);
-  return out;
+  return maintain(
+    sys, cfg, members, [&](engine& eng) { return static_cast<bool>(eng.reload(next)); },
+    [](const fleet_status&) { return true; });
 }
 
 } // namespace

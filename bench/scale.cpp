@@ -352,22 +352,11 @@ int main(int argc, char** argv) {
   if (groups)
     return groups_case(sys, n, hosts, poll_ms);
 
-  egress::engine_config ec;
-  ec.entry = "bench";
-  ec.poll_interval = milliseconds(poll_ms);
-  // The test driver's addresses are made up: the rotation follows the phase.
-  ec.probe.mode = "off";
-  for (size_t h = 0; h < hosts; ++h) {
-    egress::host_config hc;
-    hc.name = "hv" + std::to_string(h);
-    // Every host is a separate link (own connection, queue and limit) onto
-    // the same in-process test:///default state.
-    hc.uri = "test:///default";
-    hc.domain_type = "test";
-    hc.network = "default";
-    hc.address_sources = {"lease"};
-    ec.hosts.push_back(hc);
-  }
+  // Every host is a separate link (own connection, queue and limit) onto
+  // the same in-process test:///default state; the test driver's addresses
+  // are made up: the rotation follows the phase.
+  auto ec = fleet_on("bench", hosts, poll_ms);
+  ec.gc = true;
   for (size_t i = 0; i < n; ++i) {
     egress::proxy_spec p;
     p.name = "px-" + std::to_string(i);

@@ -236,18 +236,16 @@ void check_host(problems& out, const std::string& path, const host_config& h,
   }
 }
 
-void check_proxy(problems& out, const std::string& path, const proxy_spec& p,
-                 const std::map<std::string, std::string>& hosts,
-                 std::map<std::string, std::string>& names) {
-  check_name(out, at(path, "name"), p.name);
-  check_unique(out, at(path, "name"), "proxy name", p.name, path, names);
-  if (!hosts.contains(p.host)) {
-    std::vector<std::string> declared;
-    for (auto& entry : hosts)
-      declared.push_back(entry.first);
-    out.add(at(path, "host"), "undeclared host " + quote(p.host)
-                                + " (declared hosts: " + join(declared) + ")");
-  }
+void undeclared_host(problems& out, const std::string& key, const std::string& host,
+                     const std::map<std::string, std::string>& hosts) {
+  std::vector<std::string> declared;
+  for (auto& entry : hosts)
+    declared.push_back(entry.first);
+  out.add(key, "undeclared host " + quote(host) + " (declared hosts: " + join(declared) + ")");
+}
+
+// The VM's size, network and tags: a proxy's, or a group's members'.
+void check_resources(problems& out, const std::string& path, const proxy_spec& p) {
   check_range(out, at(path, "vcpus"), p.vcpus, vcpus_range);
   check_range(out, at(path, "memory-mib"), p.memory_mib, memory_mib_range);
   check_optional_name(out, at(path, "network"), p.network);
@@ -255,6 +253,16 @@ void check_proxy(problems& out, const std::string& path, const proxy_spec& p,
     auto tag = at(at(path, "tags"), j);
     add_if(out, tag, egress::check_tag(tag, p.tags[j]));
   }
+}
+
+void check_proxy(problems& out, const std::string& path, const proxy_spec& p,
+                 const std::map<std::string, std::string>& hosts,
+                 std::map<std::string, std::string>& names) {
+  check_name(out, at(path, "name"), p.name);
+  check_unique(out, at(path, "name"), "proxy name", p.name, path, names);
+  if (!hosts.contains(p.host))
+    undeclared_host(out, at(path, "host"), p.host, hosts);
+  check_resources(out, path, p);
 }
 
 void check_image(problems& out, const std::string& path, const image_config& img,
@@ -529,24 +537,13 @@ void check_group(problems& out, const std::string& path, const group_config& g,
   for (size_t j = 0; j < g.hosts.size(); ++j) {
     auto key = at(at(path, "hosts"), j);
     if (!hosts.contains(g.hosts[j])) {
-      std::vector<std::string> declared;
-      for (auto& entry : hosts)
-        declared.push_back(entry.first);
-      out.add(key, "undeclared host " + quote(g.hosts[j]) + " (declared hosts: "
-                     + join(declared) + ")");
+      undeclared_host(out, key, g.hosts[j], hosts);
     } else if (std::find(g.hosts.begin(), g.hosts.begin() + j, g.hosts[j])
                != g.hosts.begin() + j) {
       out.add(key, "host " + quote(g.hosts[j]) + " is named twice");
     }
   }
-  auto& p = g.member;
-  check_range(out, at(path, "vcpus"), p.vcpus, vcpus_range);
-  check_range(out, at(path, "memory-mib"), p.memory_mib, memory_mib_range);
-  check_optional_name(out, at(path, "network"), p.network);
-  for (size_t j = 0; j < p.tags.size(); ++j) {
-    auto tag = at(at(path, "tags"), j);
-    add_if(out, tag, egress::check_tag(tag, p.tags[j]));
-  }
+  check_resources(out, path, g.member);
 }
 
 // A hand-declared proxy must not have a member's name: "eu-3" while group

@@ -148,6 +148,15 @@ bool group_book::lost(const host_state& h, clock::time_point now) const {
   return !h.up && now - h.since >= grace_;
 }
 
+bool group_book::listed(const std::string& host) const {
+  return std::any_of(groups_.begin(), groups_.end(), [&](auto& g) { return lists(g, host); });
+}
+
+bool group_book::surveyed(const std::string& host) const {
+  auto i = state_.find(host);
+  return i != state_.end() && i->second.survey.has_value();
+}
+
 bool group_book::is_lost(const std::string& host, clock::time_point now) const {
   auto i = state_.find(host);
   return i == state_.end() || lost(i->second, now);
@@ -323,9 +332,7 @@ std::map<std::string, std::vector<std::string>> group_book::stale() const {
 
 bool group_book::settled(const std::string& host) const {
   auto s = state_.find(host);
-  bool listed = std::any_of(groups_.begin(), groups_.end(),
-                            [&](auto& g) { return lists(g, host); });
-  if (!listed)
+  if (!listed(host))
     return true;
   if (s == state_.end() || !s->second.survey)
     return false;

@@ -73,6 +73,13 @@ public:
 
   bool cordoned(const std::string& host) const;
 
+  /// Whether a group may place members on `host` (only those are surveyed:
+  /// a fleet without groups makes no call it did not make before).
+  bool listed(const std::string& host) const;
+
+  /// Whether `host` has answered a survey since it was configured.
+  bool surveyed(const std::string& host) const;
+
   /// Down longer than host-grace (or not a host of the config).
   bool is_lost(const std::string& host, clock::time_point now) const;
 

@@ -36,16 +36,10 @@ struct root_required {
   root_required() { testbed::require_root_or_skip(); }
 };
 
-testbed::libvirtd_options lv_options() {
-  testbed::libvirtd_options o;
-  o.warm_qemu_caps = false; // the test driver needs no QEMU probe
-  return o;
-}
-
 // One host: its namespace, its daemon and the sshd in front of it.
 struct host_bed {
   testbed::netns net;
-  testbed::libvirtd lv{lv_options()};
+  testbed::libvirtd lv{test::test_driver_daemons::lv_options()};
   testbed::sshd ssh{testbed::sshd_options::in(net)};
 
   host_bed() {

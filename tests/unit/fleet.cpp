@@ -187,6 +187,47 @@ BOOST_AUTO_TEST_CASE(gc_off_collects_nothing) {
     BOOST_CHECK(!lv::delete_domain(*w, n));
 }
 
+// A group larger than its hosts' room: the members that fit run, the rest
+// are listed, in status and in `ls proxies`, with why; nothing crashes.
+BOOST_AUTO_TEST_CASE(spec_32_a_group_beyond_every_host_s_room_is_placed_and_the_rest_listed) {
+  auto cfg = fleet_of("roomy", {});
+  cfg.hosts[0].max_proxies = 2;
+  group_config g;
+  g.name = "big";
+  g.count = 5;
+  g.hosts = {"hv1"};
+  g.member.network = "default";
+  cfg.groups.push_back(g);
+  BOOST_REQUIRE(!validate(cfg));
+  auto eng = engine::start(*sys, cfg);
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) {
+    return all_running(st, 2) && st.groups.size() == 1 && st.groups[0].placed == 2;
+  }, 20s));
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  BOOST_REQUIRE_EQUAL(st->groups[0].waiting.size(), 3u);
+  BOOST_CHECK(st->groups[0].waiting[0].find("full (max-proxies 2)") != std::string::npos);
+  caf::scoped_actor self{*sys};
+  std::vector<actor_row> rows;
+  self->request(eng->inspector(), 5s, atom::ls_v, std::string{"proxy"})
+    .receive([&](std::vector<actor_row>& r) { rows = std::move(r); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  size_t unplaced = 0;
+  for (auto& r : rows)
+    if (r.state == "unplaced") {
+      ++unplaced;
+      BOOST_CHECK(!r.details.empty() && r.details[0].find("full") != std::string::npos);
+      BOOST_CHECK(r.liveness.rfind("ok", 0) == 0);
+    }
+  BOOST_CHECK_EQUAL(unplaced, 3u);
+  BOOST_REQUIRE(!eng->stop());
+  auto w = test::witness();
+  for (auto n : {"big-1", "big-2"})
+    lv::delete_domain(*w, n);
+}
+
 // A reload applies only the difference: the unchanged proxy keeps its VM
 // and its place in the rotation throughout; the changed one is replaced
 // (new uid); the removed one's VM is collected; the new one is created.
