@@ -598,24 +598,19 @@ config_diff converge(fleet_pointer self, engine_config next) {
   auto d = diff(st.cfg, next);
   cancel_handovers(self, d.proxies_removed);
   cancel_handovers(self, d.proxies_changed);
+  // One that leaves a host that is down is made anew at once, like one
+  // whose host settings alone changed (its new actor is spawned below).
   std::vector<std::string> to_drain = d.proxies_removed;
-  std::vector<std::string> moved; // off a host that is down: made anew at once
-  {
-    auto before = by_names(st.cfg.proxies);
-    auto after = by_names(next.proxies);
-    for (auto& name : d.proxies_changed) {
-      auto b = find_in(before, name);
-      auto a = find_in(after, name);
-      if (leaves_down_host(self, b, a))
-        moved.push_back(name);
-      else if (vm_replaced(b, a, d))
-        to_drain.push_back(name);
-      else
-        retire_proxy(self, name);
-    }
+  auto before = by_names(st.cfg.proxies);
+  auto after = by_names(next.proxies);
+  for (auto& name : d.proxies_changed) {
+    auto b = find_in(before, name);
+    auto a = find_in(after, name);
+    if (vm_replaced(b, a, d) && !leaves_down_host(self, b, a))
+      to_drain.push_back(name);
+    else
+      retire_proxy(self, name);
   }
-  for (auto& name : moved)
-    retire_proxy(self, name);
   for (auto& h : d.hosts_removed)
     st.host_drains.erase(h);
   auto gone_hosts = d.hosts_removed;
@@ -728,7 +723,6 @@ void regroup(fleet_pointer self) {
     auto d = converge(self, with_members(st.declared, st.groups));
     log::info(to_string(actor_kind::fleet), "placed group members: " + d.summary());
   }
-  remove_stale(self);
 }
 
 namespace {
@@ -917,6 +911,48 @@ void take_link_status(fleet_pointer self, link_status& s) {
   }
 }
 
+// `ls`: every actor, and the members no host can take (answered for by
+// the fleet itself).
+std::vector<directory_row> listing(fleet_pointer self) {
+  auto rows = directory_of(self->state);
+  add_unplaced(rows, self->state, caf::actor_cast<caf::actor>(self));
+  return rows;
+}
+
+fleet_status status_of(const fleet_state& st) {
+  auto out = st.view.status(st.cfg.node, st.cfg.entry);
+  out.groups = st.groups.status();
+  out.replacements = st.groups.replacements();
+  out.drains = drain_rows(st);
+  return out;
+}
+
+std::string metrics_of(const fleet_state& st) {
+  return st.view.metrics()
+         + group_metrics(st.groups.status(), st.groups.replacements(), drain_rows(st));
+}
+
+// The placement's tick: members placed, owed surveys and stale removals
+// retried, drains advanced; then the next tick.
+void place_tick_step(fleet_pointer self) {
+  regroup(self);
+  survey_owed(self);
+  remove_stale(self);
+  advance_drains(self);
+  if (!self->state.stopping)
+    self->delayed_send(self, place_tick, atom::place_v, atom::poll_v);
+}
+
+// A verdict of the health actor; a replacement's is the drain's.
+void take_proxy_health(fleet_pointer self, proxy_health& h) {
+  auto& st = self->state;
+  if (take_replacement_health(self, h))
+    return;
+  if (!st.view.proxies().contains(h.name) && !st.proxies.contains(h.name))
+    return;
+  record(self, std::move(h));
+}
+
 } // namespace
 
 fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
@@ -924,19 +960,8 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
   start_fleet(self, std::move(cfg), std::move(hooks));
   self->set_down_handler([self](const caf::down_msg& msg) { on_down(self, msg); });
   return {
-    [self](atom::ls) {
-      auto rows = directory_of(self->state);
-      add_unplaced(rows, self->state, caf::actor_cast<caf::actor>(self));
-      return rows;
-    },
-    [self](atom::status) {
-      auto& st = self->state;
-      auto out = st.view.status(st.cfg.node, st.cfg.entry);
-      out.groups = st.groups.status();
-      out.replacements = st.groups.replacements();
-      out.drains = drain_rows(st);
-      return out;
-    },
+    [self](atom::ls) { return listing(self); },
+    [self](atom::status) { return status_of(self->state); },
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
       auto i = self->state.links.find(host);
       if (i == self->state.links.end())
@@ -959,14 +984,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       return rp;
     },
     [self](atom::gc, atom::poll) { gc_tick(self); },
-    [self](atom::place, atom::poll) {
-      regroup(self);
-      survey_owed(self);
-      remove_stale(self); // one that failed is tried again
-      advance_drains(self);
-      if (!self->state.stopping)
-        self->delayed_send(self, place_tick, atom::place_v, atom::poll_v);
-    },
+    [self](atom::place, atom::poll) { place_tick_step(self); },
     [self](atom::drain, std::string& name, bool drained) -> caf::result<proxy_health> {
       if (!self->state.proxies.contains(name))
         return make_error(ec::unknown_name, "no proxy named \"" + name + "\"");
@@ -1004,11 +1022,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       shut_down(self);
       return true;
     },
-    [self](atom::metrics) {
-      auto& st = self->state;
-      return st.view.metrics()
-             + group_metrics(st.groups.status(), st.groups.replacements(), drain_rows(st));
-    },
+    [self](atom::metrics) { return metrics_of(self->state); },
     [self](link_down& ev) {
       log::warn(to_string(actor_kind::fleet), "link_down " + ev.host + ": " + ev.reason);
     },
@@ -1019,14 +1033,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
         return;
       record(self, std::move(s));
     },
-    [self](proxy_health& h) {
-      auto& st = self->state;
-      if (take_replacement_health(self, h))
-        return;
-      if (!st.view.proxies().contains(h.name) && !st.proxies.contains(h.name))
-        return;
-      record(self, std::move(h));
-    },
+    [self](proxy_health& h) { take_proxy_health(self, h); },
   };
 }
 

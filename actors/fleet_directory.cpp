@@ -29,8 +29,11 @@ directory_row entry(const fleet_state& st, actor_kind kind, std::string name,
 
 } // namespace
 
-std::vector<directory_row> directory_of(const fleet_state& st) {
-  std::vector<directory_row> out;
+namespace {
+
+// A host's link, with its cordon and drain when it has one (ls hosts).
+void add_links(std::vector<directory_row>& out, const fleet_state& st) {
+  auto drains = drain_rows(st);
   for (auto& [host, h] : st.links) {
     auto e = entry(st, actor_kind::link, host, h);
     e.calls = h;
@@ -39,11 +42,9 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
       e.row.state = to_string(s.state);
       if (!s.reason.empty())
         e.row.state += " (" + s.reason + ")";
-      for (auto& d : drain_rows(st))
+      for (auto& d : drains)
         if (d.host == host)
-          e.row.state += ", cordoned, draining: " + std::to_string(d.members) + " member(s) left, "
-                         + std::to_string(d.moving) + " moving, " + std::to_string(d.moved)
-                         + " moved" + (d.waiting.empty() ? "" : " (waiting: " + d.waiting + ")");
+          e.row.state += ", " + describe(d);
       e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
                          kv("limit", s.limit), kv("libvirt connections", s.connections),
                          kv("dials", s.dials), kv("deaths", s.deaths),
@@ -55,6 +56,9 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     }
     out.push_back(std::move(e));
   }
+}
+
+void add_images(std::vector<directory_row>& out, const fleet_state& st) {
   for (auto& [key, h] : st.images) {
     auto e = entry(st, actor_kind::image, key, h);
     e.calls = h;
@@ -70,6 +74,9 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     }
     out.push_back(std::move(e));
   }
+}
+
+void add_proxies(std::vector<directory_row>& out, const fleet_state& st) {
   for (auto& [name, h] : st.proxies) {
     auto e = entry(st, actor_kind::proxy, name, h);
     if (auto v = st.view.proxies().find(name); v != st.view.proxies().end()) {
@@ -94,6 +101,9 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     }
     out.push_back(std::move(e));
   }
+}
+
+void add_gateway(std::vector<directory_row>& out, const fleet_state& st) {
   if (st.gateway) {
     auto& g = st.view.gateway();
     auto e = entry(st, actor_kind::gateway, st.cfg.gateway.socket, st.gateway);
@@ -122,6 +132,9 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
       e.row.details.push_back(kv("retry in ms", static_cast<uint64_t>(g.retry_in_ms)));
     out.push_back(std::move(e));
   }
+}
+
+void add_health(std::vector<directory_row>& out, const fleet_state& st) {
   if (st.health) {
     auto e = entry(st, actor_kind::health, "health", st.health);
     e.calls = st.health;
@@ -131,6 +144,17 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
     e.row.state = "rotation " + std::to_string(in) + " of " + std::to_string(st.proxies.size());
     out.push_back(std::move(e));
   }
+}
+
+} // namespace
+
+std::vector<directory_row> directory_of(const fleet_state& st) {
+  std::vector<directory_row> out;
+  add_links(out, st);
+  add_images(out, st);
+  add_proxies(out, st);
+  add_gateway(out, st);
+  add_health(out, st);
   return out;
 }
 

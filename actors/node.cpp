@@ -598,31 +598,56 @@ void take_link(node_pointer self, caf::actor& peer, std::string& its_token, std:
 
 } // namespace
 
+namespace {
+
+caf::error refused_error() {
+  return make_error(ec::access_denied,
+                    "no valid token: say hello with the shared secret first (caf-shell "
+                    "--secret-file=FILE; a peer node uses its engine.inspect.secret-file)");
+}
+
+// hello, first step: this node's nonce and proof for the party's nonce.
+caf::result<std::string, std::string> challenge(node_pointer self,
+                                                const std::string& party_nonce) {
+  if (party_nonce.size() > admission::max_field)
+    return make_error(ec::access_denied, "hello: a nonce of at most "
+                                           + std::to_string(admission::max_field)
+                                           + " characters");
+  auto [nonce, proof] = self->state.gate.challenge(party_nonce);
+  return {std::move(nonce), std::move(proof)};
+}
+
+// A watcher (a shell's, or a peer's node actor), once, monitored.
+void add_watcher(node_pointer self, node_watcher w) {
+  auto& ws = self->state.watchers;
+  auto addr = w.address();
+  if (std::none_of(ws.begin(), ws.end(), [&](auto& x) { return x.address() == addr; })) {
+    self->monitor(addr);
+    ws.push_back(std::move(w));
+  }
+  want_events(self);
+}
+
+// The redial timer of a peer (its own token: nobody else can send it).
+void redial(node_pointer self, const std::string& token, const std::string& address) {
+  if (!crypto::equal_constant_time(token, self->state.gate.own_events_token()))
+    return;
+  auto& ps = self->state.peers;
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].address == address)
+      dial(self, i);
+}
+
+} // namespace
+
 node_actor::behavior_type make_node(node_pointer self, node_options opts) {
   start_node(self, std::move(opts));
   set_guards(self);
-  auto refused = [] {
-    return make_error(ec::access_denied,
-                      "no valid token: say hello with the shared secret first (caf-shell "
-                      "--secret-file=FILE; a peer node uses its engine.inspect.secret-file)");
-  };
-  auto watch = [self](node_watcher w) {
-    auto& ws = self->state.watchers;
-    auto addr = w.address();
-    if (std::none_of(ws.begin(), ws.end(), [&](auto& x) { return x.address() == addr; })) {
-      self->monitor(addr);
-      ws.push_back(std::move(w));
-    }
-    want_events(self);
-  };
+  auto refused = refused_error;
+  auto watch = [self](node_watcher w) { add_watcher(self, std::move(w)); };
   return {
     [self](atom::hello, std::string& party_nonce) -> caf::result<std::string, std::string> {
-      if (party_nonce.size() > admission::max_field)
-        return make_error(ec::access_denied, "hello: a nonce of at most "
-                                               + std::to_string(admission::max_field)
-                                               + " characters");
-      auto [nonce, proof] = self->state.gate.challenge(party_nonce);
-      return {std::move(nonce), std::move(proof)};
+      return challenge(self, party_nonce);
     },
     [self](atom::hello, std::string& node_nonce, std::string& party_nonce,
            std::string& proof) -> caf::result<std::string, std::string> {
@@ -692,12 +717,7 @@ node_actor::behavior_type make_node(node_pointer self, node_options opts) {
         take_link(self, peer, its_token, name, address);
     },
     [self](atom::poll, std::string& token, std::string& address) {
-      if (!crypto::equal_constant_time(token, self->state.gate.own_events_token()))
-        return;
-      auto& ps = self->state.peers;
-      for (size_t i = 0; i < ps.size(); ++i)
-        if (ps[i].address == address)
-          dial(self, i);
+      redial(self, token, address);
     },
   };
 }

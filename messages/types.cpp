@@ -91,4 +91,12 @@ const char* to_string(haproxy_state x) {
   return "unknown";
 }
 
+std::string describe(const host_drain& x) {
+  if (!x.cordoned)
+    return "not cordoned";
+  return "cordoned, draining: " + std::to_string(x.members) + " member(s) left, "
+         + std::to_string(x.moving) + " moving, " + std::to_string(x.moved) + " moved"
+         + (x.waiting.empty() ? "" : " (waiting: " + x.waiting + ")");
+}
+
 } // namespace egress

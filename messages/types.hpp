@@ -506,6 +506,10 @@ struct host_drain {
   std::string waiting;    // why a member cannot leave now, or ""
 };
 
+/// "cordoned, draining: 2 member(s) left, 1 moving, 3 moved (waiting: ...)":
+/// the one line ls, status and the shell print for a drain.
+std::string describe(const host_drain& x);
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, host_drain& x) {
   return f(caf::meta::type_name("host_drain"), x.host, x.cordoned, x.draining, x.members,

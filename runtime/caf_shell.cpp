@@ -414,12 +414,8 @@ public:
                         {"waiting", out->waiting}}
                      .dump(2)
                 << "\n";
-    else if (!out->cordoned)
-      std::cout << "host " << out->host << ": not cordoned\n";
     else
-      std::cout << "host " << out->host << ": cordoned, draining: " << out->members
-                << " member(s) left, " << out->moving << " moving, " << out->moved << " moved"
-                << (out->waiting.empty() ? "" : " (waiting: " + out->waiting + ")") << "\n";
+      std::cout << "host " << out->host << ": " << describe(*out) << "\n";
     return true;
   }
 

@@ -101,10 +101,7 @@ std::string render_table(const fleet_status& st, std::time_t now) {
       out += "  waiting " + w + "\n";
   }
   for (auto& d : st.drains)
-    out += "host " + d.host + ": cordoned, draining: " + std::to_string(d.members)
-           + " member(s) left, " + std::to_string(d.moving) + " moving, "
-           + std::to_string(d.moved) + " moved"
-           + (d.waiting.empty() ? "" : " (waiting: " + d.waiting + ")") + "\n";
+    out += "host " + d.host + ": " + describe(d) + "\n";
   std::vector<size_t> width(rows.front().size(), 0);
   for (auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i)
