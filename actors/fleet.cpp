@@ -148,11 +148,16 @@ void note_rotation(fleet_pointer self) {
   self->delayed_send(self, publish_delay, atom::rotation_v, atom::poll_v);
 }
 
+// In a cluster the cluster actor publishes this node's own rotation, and
+// the followers get every node's (fleet_cluster.cpp).
 void publish_rotation(fleet_pointer self) {
   auto& st = self->state;
   st.publish_armed = false;
-  auto snap = st.view.rotation().snapshot(st.cfg.node);
-  st.published = snap->generation;
+  auto own = st.view.rotation().snapshot(st.cfg.node);
+  st.published = own->generation;
+  if (st.cluster)
+    self->send(st.cluster, own);
+  auto snap = followed_rotation(st);
   for (auto& f : st.followers)
     self->send(f, snap);
 }
@@ -189,6 +194,8 @@ void spawn_link(fleet_pointer self, const host_config& h) {
   auto o = link_options_of(h, st.cfg);
   o.make_transport = st.hooks.make_transport(h);
   o.sink = status_sink_actor{self};
+  if (st.fences)
+    o.fence = st.fences->of(h.name);
   auto link = self->spawn(make_host_link, std::move(o));
   self->send(link, atom::subscribe_v, link_events_actor{self});
   self->monitor(link);
@@ -289,6 +296,10 @@ proxy_actor make_proxy_actor(fleet_pointer self, const proxy_spec& p) {
   if (auto img = by_name(st.cfg.images, p.initrd))
     o.initrd_sha256 = img->sha256;
   o.sink = status_sink_actor{self};
+  if (h.fencing_token > 0) {
+    o.owner = st.cfg.node;
+    o.token = h.fencing_token;
+  }
   auto proxy = self->spawn(make_proxy, std::move(o));
   self->monitor(proxy);
   return proxy;
@@ -400,7 +411,7 @@ void spawn_health(fleet_pointer self) {
 void add_follower(fleet_pointer self, rotation_follower_actor f) {
   auto& st = self->state;
   self->monitor(f);
-  self->send(f, st.view.rotation().snapshot(st.cfg.node));
+  self->send(f, followed_rotation(st));
   st.followers.push_back(std::move(f));
 }
 
@@ -657,6 +668,33 @@ config_diff converge(fleet_pointer self, engine_config next) {
   return d;
 }
 
+} // namespace
+
+void drop_host(fleet_pointer self, const std::string& host, const std::string& why) {
+  auto& st = self->state;
+  log::warn(to_string(actor_kind::fleet), host + ": dropped: " + why);
+  std::vector<std::string> names;
+  for (auto& p : st.cfg.proxies)
+    if (p.host == host)
+      names.push_back(p.name);
+  for (auto& n : names)
+    retire_proxy(self, n);
+  retire_images(self, {}, {host});
+  retire_link(self, host, why);
+  st.gc_owed.erase(host);
+  std::erase_if(st.cfg.hosts, [&](const host_config& h) { return h.name == host; });
+  std::erase_if(st.cfg.proxies, [&](const proxy_spec& p) { return p.host == host; });
+  index_specs(st);
+}
+
+void converge_to(fleet_pointer self, engine_config next) {
+  auto d = converge(self, std::move(next));
+  if (!d.hosts_added.empty() || !d.proxies_added.empty())
+    log::info(to_string(actor_kind::fleet), "cluster: " + d.summary());
+}
+
+namespace {
+
 bool in_rotation(fleet_pointer self, const std::string& name) {
   return self->state.view.rotation().contains(name);
 }
@@ -682,6 +720,7 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
                       : next.inspect != st.cfg.inspect              ? "engine.inspect"
                       : next.inspect_secret != st.cfg.inspect_secret ? "engine.inspect.secret-file"
                       : next.tls != st.cfg.tls                      ? "openssl"
+                      : next.cluster != st.cfg.cluster              ? "engine.cluster"
                                                                     : nullptr;
   if (fixed)
     return make_error(ec::config_invalid,
@@ -691,7 +730,9 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   st.groups.configure(next, std::chrono::steady_clock::now());
   st.groups.step(std::chrono::steady_clock::now(),
                  [self](const std::string& n) { return in_rotation(self, n); });
-  auto d = converge(self, with_members(next, st.groups));
+  if (st.cluster)
+    self->send(st.cluster, atom::reload_v, next);
+  auto d = converge(self, running_config(st));
   st.view.reload_applied(d.summary());
   log::info(to_string(actor_kind::fleet), "reload " + st.view.last_reload());
   if (st.cfg.gc)
@@ -720,7 +761,7 @@ void regroup(fleet_pointer self) {
   if (st.stopping || !st.groups.due(now))
     return;
   if (st.groups.step(now, [self](const std::string& n) { return in_rotation(self, n); })) {
-    auto d = converge(self, with_members(st.declared, st.groups));
+    auto d = converge(self, running_config(st));
     log::info(to_string(actor_kind::fleet), "placed group members: " + d.summary());
   }
 }
@@ -775,6 +816,10 @@ void shut_down(fleet_pointer self) {
   st.stopping = true;
   log::info(to_string(actor_kind::fleet), "shutting down: killing " + std::to_string(st.links.size())
                        + " link(s) first");
+  // The lease is revoked (the other nodes take the hosts at once); the
+  // cluster actor quits once the store answered or the request timed out.
+  if (st.cluster)
+    caf::anon_send(st.cluster, atom::shutdown_v);
   for (auto& [_, l] : st.links)
     self->send(l, atom::kill_v, std::string{"engine shutdown"});
   for (auto& [_, i] : st.images)
@@ -806,6 +851,11 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
   st.book = std::make_shared<host_book>();
   // Members are placed once their hosts are surveyed (regroup).
   st.declared = st.cfg;
+  // In a cluster no host is this node's until the cluster says so.
+  if (st.declared.cluster.enabled) {
+    start_cluster(self);
+    st.cfg = running_config(st);
+  }
   index_specs(st);
   st.groups.configure(st.declared, std::chrono::steady_clock::now());
   for (auto& h : st.cfg.hosts)
@@ -896,6 +946,8 @@ void take_link_status(fleet_pointer self, link_status& s) {
   if (link == st.links.end() || (sender && sender->address() != link->second.address()))
     return;
   self->send(st.health, s);
+  if (st.cluster)
+    self->send(st.cluster, s);
   collect_owed(self, s);
   auto seen = st.view.links().find(s.host);
   bool came_up = s.state == link_state::up
@@ -924,12 +976,15 @@ fleet_status status_of(const fleet_state& st) {
   out.groups = st.groups.status();
   out.replacements = st.groups.replacements();
   out.drains = drain_rows(st);
+  if (st.clustered)
+    out.cluster = st.clustered->status;
   return out;
 }
 
 std::string metrics_of(const fleet_state& st) {
   return st.view.metrics()
-         + group_metrics(st.groups.status(), st.groups.replacements(), drain_rows(st));
+         + group_metrics(st.groups.status(), st.groups.replacements(), drain_rows(st))
+         + (st.clustered ? cluster_metrics(st.clustered->status) : std::string{});
 }
 
 // The placement's tick: members placed, owed surveys and stale removals
@@ -1007,10 +1062,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       self->send(self->state.health, atom::subscribe_v, std::move(s));
     },
     [self](atom::subscribe, rotation_follower_actor& f) { add_follower(self, std::move(f)); },
-    [self](atom::rotation) {
-      auto& st = self->state;
-      return *st.view.rotation().snapshot(st.cfg.node);
-    },
+    [self](atom::rotation) { return *followed_rotation(self->state); },
     [self](atom::rotation, atom::poll) { publish_rotation(self); },
     [self](gateway_status& s) {
       // A replaced gateway's last words are not news.
@@ -1034,6 +1086,11 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
       record(self, std::move(s));
     },
     [self](proxy_health& h) { take_proxy_health(self, h); },
+    [self](atom::superseded, std::string& host, int64_t token) {
+      if (self->state.cluster)
+        self->send(self->state.cluster, atom::superseded_v, std::move(host), token);
+    },
+    [self](cluster_snapshot& v) { take_cluster_view(self, std::move(v)); },
   };
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -17,6 +18,7 @@
 
 #include "actors/parts/fleet_view.hpp"
 #include "actors/parts/group_book.hpp"
+#include "actors/parts/host_fence.hpp"
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/probe/probe.hpp"
@@ -90,6 +92,16 @@ struct fleet_state {
   std::map<std::string, handover> handovers; // by member (fleet_drain.cpp)
   std::map<std::string, host_drain> host_drains; // by host: the cordoned ones
   std::set<caf::actor_addr> silenced;        // see from_silenced
+  // -- engine.cluster (fleet_cluster.cpp) --
+  cluster_actor cluster;       // null without engine.cluster
+  fence_board_ptr fences;      // every host's fence, shared with the links
+  cluster_snapshot clustered;  // the cluster's last view
+  // This node's rotation as it was when the node stopped being a member:
+  // followers keep getting it (the proxies run on; the store that would
+  // say otherwise cannot be reached) until it is a member again.
+  std::optional<std::vector<rotation_member>> frozen;
+  uint64_t merged_generation = 0;          // of the rotation followers get
+  std::vector<rotation_member> merged_last; // what they got last
   bool stopping = false;
 };
 
@@ -186,6 +198,38 @@ void cancel_handovers(fleet_pointer self, const std::vector<std::string>& member
 
 /// Every drain as status and ls show it.
 std::vector<host_drain> drain_rows(const fleet_state& st);
+
+// -- engine.cluster (fleet_cluster.cpp) --------------------------------------------
+
+/// `full` with only the hosts of `owned`, each with its fencing token, and
+/// the proxies of those hosts.
+engine_config owned_only(const engine_config& full, const std::map<std::string, int64_t>& owned);
+
+/// The config as it runs: the declared one with group members placed, and
+/// in a cluster only the hosts this node may change now.
+engine_config running_config(const fleet_state& st);
+
+/// With engine.cluster: the fences and the cluster actor. The fleet then
+/// runs no host until the cluster says which are this node's.
+void start_cluster(fleet_pointer self);
+
+/// The cluster's view changed: hosts that are not this node's any more are
+/// dropped at once (their actors end, their VMs stay: the new owner adopts
+/// them), hosts it won start (created or adopted by mark), and the
+/// followers get the other nodes' rotation.
+void take_cluster_view(fleet_pointer self, cluster_snapshot v);
+
+/// What the rotation's followers get: this node's rotation, and in a
+/// cluster every other node's share added (this node's as it was frozen
+/// while it is not a member).
+rotation_snapshot followed_rotation(fleet_state& st);
+
+/// Ends a host's link, proxies and images at once, without a drain or a
+/// collection: the host is not this node's to change (fleet.cpp).
+void drop_host(fleet_pointer self, const std::string& host, const std::string& why);
+
+/// Runs `next` as the difference from the current config (fleet.cpp).
+void converge_to(fleet_pointer self, engine_config next);
 
 /// What a reload changes, by name: computed before anything is touched.
 struct config_diff {

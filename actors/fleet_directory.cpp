@@ -31,6 +31,14 @@ directory_row entry(const fleet_state& st, actor_kind kind, std::string name,
 
 namespace {
 
+// In a cluster: the token of this node's claim on `host` (0: none).
+int64_t owner_token(const fleet_state& st, const std::string& host) {
+  if (!st.clustered)
+    return 0;
+  auto i = st.clustered->hosts.find(host);
+  return i == st.clustered->hosts.end() ? 0 : i->second;
+}
+
 // A host's link, with its cordon and drain when it has one (ls hosts).
 void add_links(std::vector<directory_row>& out, const fleet_state& st) {
   auto drains = drain_rows(st);
@@ -45,6 +53,8 @@ void add_links(std::vector<directory_row>& out, const fleet_state& st) {
       for (auto& d : drains)
         if (d.host == host)
           e.row.state += ", " + describe(d);
+      if (auto token = owner_token(st, host); token > 0)
+        e.row.state += ", owner " + st.cfg.node + " token " + std::to_string(token);
       e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
                          kv("limit", s.limit), kv("libvirt connections", s.connections),
                          kv("dials", s.dials), kv("deaths", s.deaths),
@@ -146,6 +156,40 @@ void add_health(std::vector<directory_row>& out, const fleet_state& st) {
   }
 }
 
+// The cluster actor (ls cluster): this node's phase and lease, then one
+// line per node of the store and per host (owner, token, state).
+void add_cluster(std::vector<directory_row>& out, const fleet_state& st) {
+  if (!st.cluster)
+    return;
+  auto e = entry(st, actor_kind::cluster, st.cfg.node, st.cluster);
+  if (!st.clustered) {
+    e.row.state = "joining";
+    out.push_back(std::move(e));
+    return;
+  }
+  auto& c = st.clustered->status;
+  e.row.state = c.phase + (c.reason.empty() ? std::string{} : " (" + c.reason + ")");
+  auto age = c.lease_age_s < 0 ? std::string{"none"}
+                               : std::to_string(static_cast<int64_t>(c.lease_age_s * 1000)) + " ms";
+  e.row.details = {kv("lease", std::to_string(c.lease)), kv("lease confirmed", age + " ago"),
+                   kv("store revision", std::to_string(c.revision)),
+                   kv("claims won", c.claims_won), kv("hosts lost", c.hosts_lost),
+                   kv("fenced", c.fenced), kv("refusals", c.refusals),
+                   kv("store errors", c.store_errors)};
+  for (auto& n : c.nodes)
+    e.row.details.push_back(kv("node " + n.name, "lease " + std::to_string(n.lease) + ", "
+                                                   + std::to_string(n.hosts) + " host(s), "
+                                                   + std::to_string(n.rotation) + " in rotation"
+                                                   + (n.avoid.empty() ? std::string{}
+                                                      : ", avoids " + std::to_string(n.avoid.size()))));
+  for (auto& h : c.hosts)
+    e.row.details.push_back(kv("host " + h.host, (h.owner.empty() ? std::string{"no owner"}
+                                                   : "owner " + h.owner + " token "
+                                                       + std::to_string(h.token))
+                                                   + ", " + h.state + ", wanted by " + h.wanted_by));
+  out.push_back(std::move(e));
+}
+
 } // namespace
 
 std::vector<directory_row> directory_of(const fleet_state& st) {
@@ -155,6 +199,7 @@ std::vector<directory_row> directory_of(const fleet_state& st) {
   add_proxies(out, st);
   add_gateway(out, st);
   add_health(out, st);
+  add_cluster(out, st);
   return out;
 }
 

@@ -281,4 +281,38 @@ std::string group_metrics(const std::vector<group_status>& groups, uint64_t repl
   return x.take();
 }
 
+std::string cluster_metrics(const cluster_status& s) {
+  exposition x;
+  if (!s.enabled)
+    return {};
+  x.family("egress_cluster_phase", "gauge",
+           "1 for this node's phase in the cluster (joining, member, fenced, stopping).");
+  for (auto phase : {"joining", "member", "fenced", "stopping"})
+    x.sample("egress_cluster_phase", kv("phase", phase), s.phase == phase ? 1 : 0);
+  x.family("egress_cluster_lease_age_seconds", "gauge",
+           "Since the last keepalive that confirmed this node's lease was sent (-1: none yet).");
+  x.sample("egress_cluster_lease_age_seconds", "", s.lease_age_s);
+  uint32_t mine = 0;
+  for (auto& h : s.hosts)
+    mine += h.state.starts_with("mine") ? 1 : 0;
+  x.family("egress_cluster_hosts_owned", "gauge", "Hosts this node owns in the store.");
+  x.sample("egress_cluster_hosts_owned", "", static_cast<double>(mine));
+  x.family("egress_cluster_nodes", "gauge", "Nodes with a live lease, as this node sees the store.");
+  x.sample("egress_cluster_nodes", "", static_cast<double>(s.nodes.size()));
+  x.family("egress_cluster_claims_total", "counter", "Hosts this node claimed and won.");
+  x.sample("egress_cluster_claims_total", "", static_cast<double>(s.claims_won));
+  x.family("egress_cluster_hosts_lost_total", "counter",
+           "Hosts that stopped being this node's to change (given up, fenced, expired).");
+  x.sample("egress_cluster_hosts_lost_total", "", static_cast<double>(s.hosts_lost));
+  x.family("egress_cluster_fenced_total", "counter",
+           "Times this node stopped being a member (its lease unconfirmed or gone).");
+  x.sample("egress_cluster_fenced_total", "", static_cast<double>(s.fenced));
+  x.family("egress_cluster_refusals_total", "counter",
+           "Calls refused by a closed fence, and domains refused for a newer owner's mark.");
+  x.sample("egress_cluster_refusals_total", "", static_cast<double>(s.refusals));
+  x.family("egress_cluster_store_errors_total", "counter", "etcd requests that failed.");
+  x.sample("egress_cluster_store_errors_total", "", static_cast<double>(s.store_errors));
+  return x.take();
+}
+
 } // namespace egress

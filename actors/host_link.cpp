@@ -171,7 +171,14 @@ void run_call(host_link_pointer self, call_pool::waiting call) {
   st.pool.start(id, std::move(call.rp), worker, conn, create);
   // The job runs with a connection of this generation; if the link dies,
   // the kill makes the job's blocked libvirt call (or its open) return.
-  blocking_work work{what, [conn, fn = std::move(call.job.fn)]() -> caf::expected<std::any> {
+  blocking_work work{what, [conn, fn = std::move(call.job.fn), fence = st.opts.fence,
+                             host = st.opts.host, what]() -> caf::expected<std::any> {
+                       if (fence && !fence->open()) {
+                         fence->refused();
+                         return make_error(ec::fenced, host + ": " + what + " refused: this "
+                                           "node may not change the host now (its lease is not "
+                                           "confirmed, or the host is not its own)");
+                       }
                        auto c = conn->get();
                        if (!c)
                          return c.error();

@@ -22,6 +22,7 @@
 #include "actors/parts/call_pool.hpp"
 #include "actors/parts/dial_backoff.hpp"
 #include "actors/parts/domain_watch.hpp"
+#include "actors/parts/host_fence.hpp"
 #include "messages/actors.hpp"
 #include "providers/transport.hpp"
 
@@ -66,6 +67,10 @@ struct host_link_options {
   // key: the figure is docs/spec.md 26's.
   caf::timespan counts_delay = std::chrono::milliseconds(100);
   transport_factory make_transport;
+  // In a cluster: the host's fence (actors/parts/host_fence.hpp). Every
+  // call checks it on its worker right before it runs and is refused
+  // (transient/fenced) while it is closed. Null: no cluster, no check.
+  host_fence_ptr fence;
   status_sink_actor sink; // receives link_status: a change of state at once,
                           // the counts within counts_delay (optional)
 };

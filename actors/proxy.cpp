@@ -300,6 +300,20 @@ void apply_reading(proxy_pointer self, domain_reading& r) {
                  true);
     return;
   }
+  if (st.opts.token > 0 && r.mark.token > st.opts.token) {
+    // Another node claimed the host after this node did: its claim is the
+    // one that counts, whatever this node last heard from the store.
+    record_error(self,
+                 make_error(ec::superseded,
+                            st.opts.spec.name + ": the domain's mark carries token "
+                              + std::to_string(r.mark.token) + " of node \"" + r.mark.owner
+                              + "\", newer than this node's " + std::to_string(st.opts.token)
+                              + "; refusing to touch it"),
+                 true);
+    if (st.opts.sink)
+      self->send(st.opts.sink, atom::superseded_v, st.opts.spec.host, r.mark.token);
+    return;
+  }
   if (r.mark.spec_hash != st.spec_hash) {
     replace(self, r);
     return;
@@ -438,6 +452,10 @@ domain_spec domain_of(const proxy_state& st) {
   ds.mark.spec_hash = st.spec_hash;
   ds.mark.host = st.opts.spec.host;
   ds.mark.tags = st.opts.spec.tags;
+  if (st.opts.token > 0) {
+    ds.mark.owner = st.opts.owner;
+    ds.mark.token = st.opts.token;
+  }
   return ds;
 }
 
@@ -623,7 +641,10 @@ void poll(proxy_pointer self) {
   };
   link_call<domain_reading>(
     self, st.opts.link, st.opts.call_timeout, "read " + name,
-    [name, sources, with_macs](lv::connection& c) {
+    [name, sources, with_macs, entry = st.opts.entry, owner = st.opts.owner,
+     token = st.opts.token](lv::connection& c) {
+      if (token > 0)
+        return lv::read_and_stamp(c, name, sources, with_macs, entry, owner, token);
       return lv::read_domain(c, name, sources, with_macs);
     },
     [self, took, mode](domain_reading& r) {
@@ -661,7 +682,8 @@ void on_domain_event(proxy_pointer self, const domain_event& ev) {
   bool news = ends_running(ev.change) || ev.change == domain_change::undefined
               || ev.change == domain_change::suspended
               || ev.change == domain_change::pmsuspended
-              || ev.change == domain_change::agent || ev.change == domain_change::other;
+              || ev.change == domain_change::agent || ev.change == domain_change::other
+              || ev.change == domain_change::metadata;
   // Defined, started, resumed: mostly the echo of its own create or start.
   // Settled, or with a step in flight, it has nothing to learn from them.
   if (news || (st.activity == proxy_activity::idle && !settled(st)))

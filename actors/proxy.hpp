@@ -46,6 +46,11 @@ struct proxy_options {
   std::string kernel_sha256;
   std::string initrd_sha256;
   caf::timespan image_timeout = std::chrono::minutes(31); // how long it waits
+  // In a cluster: this node and the fencing token of its claim on the host,
+  // written into every mark it makes or reads (an older one is rewritten);
+  // a domain whose mark carries a newer token is refused. 0: no cluster.
+  std::string owner;
+  int64_t token = 0;
   status_sink_actor sink; // receives proxy_status on every change (optional)
 };
 

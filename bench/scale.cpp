@@ -83,7 +83,7 @@ double driver_bytes_per_domain(size_t k) {
     d.domain_type = "test";
     d.network = "default";
     d.mark = {"driver-" + std::to_string(i), "2026-01-01T00:00:00Z", "driver",
-              std::string(64, '0'), {}, "hv0"};
+              std::string(64, '0'), {}, "hv0", {}, 0};
     if (auto r = egress::lv::define_and_start(**c, d, {}); !r) {
       std::fprintf(stderr, "define %s: %s\n", d.name.c_str(), egress::render(r.error()).c_str());
       return 0;
@@ -176,7 +176,7 @@ destroy_figures destroy_out_of_band(caf::actor_system& sys, egress::engine& eng,
     polled_domain.vcpus = 1;
     polled_domain.memory_mib = 64;
     polled_domain.mark = {"poller-" + std::to_string(i), "2026-01-01T00:00:00Z", "poller",
-                          std::string(64, '0'), {}, "hv0"};
+                          std::string(64, '0'), {}, "hv0", {}, 0};
     if (witness)
       if (auto r = egress::lv::define_and_start(**witness, polled_domain); !r)
         std::fprintf(stderr, "define %s: %s\n", polled_domain.name.c_str(),

@@ -7,7 +7,7 @@ namespace {
 constexpr actor_kind all_kinds[] = {
   actor_kind::fleet, actor_kind::link,   actor_kind::image, actor_kind::proxy,
   actor_kind::health, actor_kind::gateway, actor_kind::call, actor_kind::worker,
-  actor_kind::node, actor_kind::inspector, actor_kind::metrics,
+  actor_kind::node, actor_kind::inspector, actor_kind::metrics, actor_kind::cluster,
 };
 
 } // namespace
@@ -25,6 +25,7 @@ const char* to_string(actor_kind x) {
     case actor_kind::node: return "node";
     case actor_kind::inspector: return "inspector";
     case actor_kind::metrics: return "metrics";
+    case actor_kind::cluster: return "cluster";
   }
   return "unknown";
 }

@@ -24,6 +24,7 @@ enum class actor_kind : uint8_t {
   node = 8,     // this engine's face to its peers and shells (actors/node)
   inspector = 9,
   metrics = 10, // the HTTP listener (actors/metrics_server)
+  cluster = 11, // this node's lease and host claims in etcd (actors/cluster)
 };
 
 const char* to_string(actor_kind x);

@@ -5,6 +5,7 @@
 
 #include <any>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,19 @@ struct blocking_work {
 /// proxies is a megabyte of members). Never crosses the middleman.
 using rotation_snapshot = std::shared_ptr<const rotation_view>;
 
+/// What the cluster actor tells the fleet (actors/cluster): the hosts this
+/// node may change now with their fencing tokens, the other nodes' share
+/// of the rotation, and its status. Immutable and shared; never crosses the
+/// middleman.
+struct cluster_view {
+  bool member = false; // the lease is confirmed: this node's own rotation is live
+  std::map<std::string, int64_t> hosts;
+  std::map<std::string, std::vector<rotation_member>> others; // by node
+  cluster_status status;
+};
+
+using cluster_snapshot = std::shared_ptr<const cluster_view>;
+
 } // namespace egress
 
 // Local-only: closures and std::any cannot be serialized. These types never
@@ -64,6 +78,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::blocking_work)
 // machine, so it is local too (caf-shell asks the node to re-read its file).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::engine_config)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::rotation_snapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(egress::cluster_snapshot)
 
 namespace egress {
 
@@ -71,11 +86,14 @@ namespace egress {
 using link_events_actor = caf::typed_actor<caf::reacts_to<link_down>>;
 
 /// Receives status snapshots pushed by links and proxies when they change.
+/// A proxy that finds a newer owner's token in its domain's mark says so
+/// (host, token): in a cluster, the host is not this node's any more.
 using status_sink_actor = caf::typed_actor<caf::reacts_to<link_status>,
                                            caf::reacts_to<proxy_status>,
                                            caf::reacts_to<image_status>,
                                            caf::reacts_to<proxy_health>,
-                                           caf::reacts_to<gateway_status>>;
+                                           caf::reacts_to<gateway_status>,
+                                           caf::reacts_to<atom::superseded, std::string, int64_t>>;
 
 /// Receives engine_events (caf-shell's watch; may live on another node).
 using engine_events_actor = caf::typed_actor<caf::reacts_to<engine_event>>;
@@ -235,6 +253,29 @@ using gateway_actor = status_interface<gateway_status>::extend_with<call_ledger_
   // number tells a current timer from a stale one.
   caf::reacts_to<atom::poll, uint64_t>>;
 
+/// One per engine with engine.cluster: this node's lease in etcd, its
+/// claims on hosts and its share of the rotation (actors/cluster.hpp).
+using cluster_actor = caf::typed_actor<
+  // This node's own rotation (the fleet's, before the other nodes' are
+  // added): published under its lease.
+  caf::reacts_to<rotation_snapshot>,
+  // Its links' states: a host whose link stays down is given up.
+  caf::reacts_to<link_status>,
+  // A proxy found a newer owner's token in its domain's mark: the host is
+  // not this node's any more, whatever the store said last.
+  caf::reacts_to<atom::superseded, std::string, int64_t>,
+  // Revokes the lease (the hosts go to the other nodes at once) and answers.
+  caf::replies_to<atom::shutdown>::with<bool>,
+  // A reload's config: the hosts to own from now on (a host that left it is
+  // released).
+  caf::reacts_to<atom::reload, engine_config>,
+  // Internal: the keepalive tick, the claim tick, the watch's restart.
+  caf::reacts_to<atom::lease, atom::poll>,
+  caf::reacts_to<atom::claim, atom::poll>,
+  caf::reacts_to<atom::watch, atom::poll>,
+  // Internal: one batch of the store's watch (its number, its revision).
+  caf::reacts_to<atom::watch, uint64_t, int64_t, std::vector<store_change>>>;
+
 /// The engine's root: desired state from config, status for everyone.
 using fleet_actor = status_interface<fleet_status>::extend<
   // Every actor the fleet runs, with its state and handle (the inspector's
@@ -289,7 +330,13 @@ using fleet_actor = status_interface<fleet_status>::extend<
   caf::reacts_to<proxy_status>,
   caf::reacts_to<image_status>,
   caf::reacts_to<proxy_health>,
-  caf::reacts_to<gateway_status>>;
+  caf::reacts_to<gateway_status>,
+  // A proxy saw a newer owner's token in its domain's mark (passed on to
+  // the cluster actor).
+  caf::reacts_to<atom::superseded, std::string, int64_t>,
+  // The cluster's view changed: the hosts this node runs, the other nodes'
+  // rotation (engine.cluster only).
+  caf::reacts_to<cluster_snapshot>>;
 
 /// This node's inspection point: this process's actors only. The node actor
 /// below fronts it (and its peers') for caf-shell. Everything it answers is

@@ -415,6 +415,69 @@ void check_nodes(problems& out, const engine_config& cfg) {
   }
 }
 
+// An etcd client URL as the cluster dials it: http(s)://HOST:PORT and
+// nothing after (the client adds the gateway's paths itself).
+bool etcd_url(const std::string& url) {
+  for (std::string scheme : {"http://", "https://"})
+    if (url.starts_with(scheme)) {
+      auto rest = url.substr(scheme.size());
+      if (!rest.empty() && rest.back() == '/')
+        rest.pop_back();
+      return rest.find('/') == std::string::npos && split_host_port(rest).has_value();
+    }
+  return false;
+}
+
+// engine.cluster: where etcd is and how this node's lease behaves. A
+// cluster needs names the nodes tell apart (engine.node set), and a lease
+// long enough for a keepalive every third of it to leave room for a
+// request's timeout.
+void check_cluster(problems& out, const engine_config& cfg) {
+  auto& c = cfg.cluster;
+  if (!c.enabled)
+    return;
+  const std::string key = "engine.cluster";
+  if (c.etcd.empty())
+    out.add(at(key, "etcd"), "required key is missing (etcd's client URLs, like "
+                             "[\"http://127.0.0.1:2379\"])");
+  for (size_t i = 0; i < c.etcd.size(); ++i)
+    if (!etcd_url(c.etcd[i]))
+      out.add(at(at(key, "etcd"), i), "expected http://HOST:PORT or https://HOST:PORT, got "
+                                        + quote(c.etcd[i]));
+  if (cfg.node.empty())
+    out.add("engine.node", "required with engine.cluster: every node of a cluster needs a "
+                           "name of its own (it owns hosts under it)");
+  if (c.lease_ttl < std::chrono::seconds(3) || c.lease_ttl > std::chrono::minutes(10))
+    out.add(at(key, "lease-ttl"), "must be between 3s and 10min, got " + duration_text(c.lease_ttl));
+  check_positive(out, at(key, "request-timeout"), c.request_timeout);
+  if (c.request_timeout * 3 > c.lease_ttl)
+    out.add(at(key, "request-timeout"), "must be at most a third of lease-ttl ("
+                                          + duration_text(c.lease_ttl) + "), got "
+                                          + duration_text(c.request_timeout));
+  if (c.unreachable_release.count() < 0)
+    out.add(at(key, "unreachable-release"), "must not be negative");
+  bool prefix_ok = c.prefix.size() >= 2 && c.prefix.size() <= 128 && c.prefix.front() == '/'
+                   && c.prefix.back() != '/'
+                   && std::all_of(c.prefix.begin(), c.prefix.end(), [](char ch) {
+                        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '/'
+                               || ch == '-' || ch == '_' || ch == '.';
+                      });
+  if (!prefix_ok)
+    out.add(at(key, "prefix"), "expected a key prefix like \"/egress-engine\" (a leading '/', "
+                               "letters, digits, '/-_.', no trailing '/'), got " + quote(c.prefix));
+  if (!c.user.empty() && c.password.empty())
+    out.add(at(key, "password-file"), "required with user (etcd's password for "
+                                      + quote(c.user) + ")");
+  if (c.cert_file.empty() != c.key_file.empty())
+    out.add(at(key, c.cert_file.empty() ? "cert-file" : "key-file"),
+            "cert-file and key-file go together (a client certificate and its key)");
+  // Group members are placed by one fleet over every host of the group,
+  // which a cluster splits between nodes.
+  if (!cfg.groups.empty())
+    out.add("engine.groups", "not supported with engine.cluster yet: declare the proxies "
+                             "(engine.proxies), or run the groups on a node of their own");
+}
+
 // engine.gateway: HAProxy's admin socket, and backends whose names can be
 // sent on its command line as they are (no space, no ';': the runtime API
 // splits commands there).
@@ -581,6 +644,7 @@ void check_config(problems& out, const engine_config& cfg) {
   }
   check_probe(out, cfg.probe);
   check_nodes(out, cfg);
+  check_cluster(out, cfg);
   check_inspect(out, cfg);
   check_metrics(out, cfg.metrics);
   check_gateway(out, cfg.gateway);

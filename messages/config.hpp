@@ -61,6 +61,11 @@ struct host_config {
   uint32_t max_proxies = 0;          // proxies of any kind at most (0: no limit)
   uint64_t memory_reserve_mib = 1024; // kept back from what libvirt reports free
   std::string zone; // members of a group spread over zones too ("": its own)
+  /// In a cluster, the fencing token of this node's claim on the host (set
+  /// by the fleet, never read from a file; 0: no cluster). Written into
+  /// every mark the host's proxies write; a new claim is a new host for the
+  /// difference of two configs, so its link and proxies start anew.
+  int64_t fencing_token = 0;
 
   bool operator==(const host_config&) const = default;
 };
@@ -186,6 +191,37 @@ struct tls_files {
   bool operator==(const tls_files&) const = default;
 };
 
+/// engine.cluster: several nodes share the hosts through leases in etcd
+/// (actors/cluster, docs/architecture.md "Node failover"). Off: the node runs
+/// every host of its config, needing no etcd.
+struct cluster_config {
+  bool enabled = false;
+  /// etcd's client URLs (http://host:port or https://), tried in order.
+  std::vector<std::string> etcd;
+  /// The node's lease: kept alive every third of it; the node stops
+  /// changing its hosts once its last confirmed keepalive is older than two
+  /// thirds of it, and its hosts go to other nodes when etcd expires it.
+  caf::timespan lease_ttl = std::chrono::seconds(10);
+  /// Bounds one request to one etcd endpoint.
+  caf::timespan request_timeout = std::chrono::seconds(2);
+  /// A host whose link stays down this long while etcd answers is given up,
+  /// so that a node that can reach it may take it (0: never).
+  caf::timespan unreachable_release = std::chrono::seconds(60);
+  /// Keys live under <prefix>/<entry>/ (nodes/, hosts/, rotation/).
+  std::string prefix = "/egress-engine";
+  /// https: etcd's CA (absolute after loading), and a client certificate.
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  /// etcd's own authentication: a user and the file holding its password
+  /// (private, like the inspector's secret).
+  std::string user;
+  std::string password_file;
+  std::string password; // the file's content; never dumped
+
+  bool operator==(const cluster_config&) const = default;
+};
+
 struct engine_config {
   std::string config_file;  // the file it came from ("" when built in code)
   /// The packaged example says so (engine.unedited): it is refused, with
@@ -219,6 +255,7 @@ struct engine_config {
   /// to any node sees every node's actors. Settled at start (a reload that
   /// changes it is refused).
   std::vector<std::string> peers;
+  cluster_config cluster;
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host

@@ -46,6 +46,9 @@ const char* to_string(ec code) {
     case ec::gateway_unreachable: return "gateway_unreachable";
     case ec::gateway_garbage: return "gateway_garbage";
     case ec::gateway_timeout: return "gateway_timeout";
+    case ec::store_unreachable: return "store_unreachable";
+    case ec::store_garbage: return "store_garbage";
+    case ec::fenced: return "fenced";
     case ec::no_domain: return "no_domain";
     case ec::no_pool: return "no_pool";
     case ec::no_volume: return "no_volume";
@@ -68,6 +71,8 @@ const char* to_string(ec code) {
     case ec::digest_mismatch: return "digest_mismatch";
     case ec::image_rejected: return "image_rejected";
     case ec::gateway_refused: return "gateway_refused";
+    case ec::superseded: return "superseded";
+    case ec::store_refused: return "store_refused";
   }
   return "unknown";
 }

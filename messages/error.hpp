@@ -42,6 +42,11 @@ enum class ec : uint8_t {
                           // is longer than any answer it gives)
   gateway_timeout = 16,   // HAProxy's runtime API took the connection but gave no whole
                           // answer before the deadline (a stopped or wedged HAProxy)
+  store_unreachable = 17, // etcd did not answer (refused, reset, timeout, no quorum)
+  store_garbage = 18,     // what etcd's JSON gateway sent is not an answer it gives
+  fenced = 19,            // this node may not change this host now: its lease is not
+                          // confirmed young enough, or the host is not its own
+                          // (docs/architecture.md, "Node failover")
   // -- not found --------------------------------------------------------------
   no_domain = 64,
   no_pool = 65,
@@ -70,6 +75,8 @@ enum class ec : uint8_t {
                            // name another file of the host (providers/images/image_header.hpp)
   gateway_refused = 142,   // HAProxy refused a command (no such backend, a static
                            // load-balancing algorithm, a level below admin)
+  superseded = 143,        // a domain's mark carries a newer owner's fencing token
+  store_refused = 144,     // etcd refused a request (auth, a bad key, lease not found)
 };
 
 /// The taxonomy of an engine code.

@@ -29,6 +29,7 @@ const char* to_string(domain_change x) {
     case domain_change::pmsuspended: return "pmsuspended";
     case domain_change::agent: return "agent";
     case domain_change::other: return "other";
+    case domain_change::metadata: return "metadata";
   }
   return "unknown";
 }

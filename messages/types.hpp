@@ -28,12 +28,17 @@ struct domain_mark {
   // The host that created it ("" in marks written before it existed).
   // Two hosts that reach one daemon must not collect each other's VMs.
   std::string host;
+  // In a cluster (engine.cluster): the node that last claimed the host and
+  // its fencing token. A node never changes a domain whose mark carries a
+  // newer token than its own claim ("" and 0 outside a cluster).
+  std::string owner;
+  int64_t token = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, domain_mark& x) {
   return f(caf::meta::type_name("domain_mark"), x.uid, x.created_at, x.entry,
-           x.spec_hash, x.tags, x.host);
+           x.spec_hash, x.tags, x.host, x.owner, x.token);
 }
 
 /// One declared proxy, as validated from the config.
@@ -125,6 +130,7 @@ enum class domain_change : uint8_t {
   pmsuspended = 8,
   agent = 9,      // its guest agent connected or went away
   other = 10,     // an event this engine has no name for: read it back
+  metadata = 11,  // its mark was rewritten (in a cluster: by a newer owner)
 };
 
 const char* to_string(domain_change x);
@@ -516,6 +522,78 @@ typename Inspector::result_type inspect(Inspector& f, host_drain& x) {
            x.moving, x.moved, x.waiting);
 }
 
+/// A change of a key in the cluster's store (etcd), as its watch reports it:
+/// a put (with its value) or a delete.
+struct store_change {
+  bool deleted = false;
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  int64_t lease = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, store_change& x) {
+  return f(caf::meta::type_name("store_change"), x.deleted, x.key, x.value,
+           x.create_revision, x.mod_revision, x.lease);
+}
+
+/// A host as the cluster sees it: which node owns it under which fencing
+/// token, and whether this node may change it yet (caf-shell ls hosts).
+struct host_owner {
+  std::string host;
+  std::string owner;       // "" = nobody (claimable)
+  int64_t token = 0;       // the revision of the owner's claim
+  std::string state;       // "mine", "mine, guard 12 s left", "claiming", "theirs", "free"
+  std::string wanted_by;   // the node the hosts are spread to (rendezvous)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, host_owner& x) {
+  return f(caf::meta::type_name("host_owner"), x.host, x.owner, x.token, x.state,
+           x.wanted_by);
+}
+
+/// A node of the cluster as the store lists it (caf-shell ls nodes).
+struct cluster_member {
+  std::string name;
+  int64_t lease = 0;
+  uint32_t hosts = 0;                // hosts it owns
+  std::vector<std::string> avoid;    // hosts it gave up for want of a link
+  uint32_t rotation = 0;             // its proxies in the rotation
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_member& x) {
+  return f(caf::meta::type_name("cluster_member"), x.name, x.lease, x.hosts, x.avoid,
+           x.rotation);
+}
+
+/// This node in the cluster: its lease, what it owns, what it refused.
+struct cluster_status {
+  bool enabled = false;
+  std::string phase;          // joining, member, fenced (actors/cluster.hpp)
+  std::string reason;         // why it is not a member, or ""
+  int64_t lease = 0;
+  double lease_age_s = -1;    // since the last confirmed keepalive was sent (-1: none)
+  int64_t revision = 0;       // the store's revision last seen
+  std::vector<cluster_member> nodes;
+  std::vector<host_owner> hosts;
+  uint64_t claims_won = 0;
+  uint64_t hosts_lost = 0;    // owned hosts that left this node (given up, expired)
+  uint64_t fenced = 0;        // times this node stopped changing its hosts
+  uint64_t refusals = 0;      // calls refused by a closed fence or a newer mark
+  uint64_t store_errors = 0;  // etcd requests that failed
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_status& x) {
+  return f(caf::meta::type_name("cluster_status"), x.enabled, x.phase, x.reason, x.lease,
+           x.lease_age_s, x.revision, x.nodes, x.hosts, x.claims_won, x.hosts_lost, x.fenced,
+           x.refusals, x.store_errors);
+}
+
 struct fleet_status {
   std::string node;  // engine.node: this process among several (caf-shell ls nodes)
   std::string entry;
@@ -530,13 +608,14 @@ struct fleet_status {
   std::vector<group_status> groups;
   uint64_t replacements = 0;         // members placed again off lost hosts
   std::vector<host_drain> drains;    // cordoned hosts
+  cluster_status cluster;            // enabled = false without engine.cluster
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fleet_status& x) {
   return f(caf::meta::type_name("fleet_status"), x.node, x.entry, x.links, x.proxies, x.images,
            x.rotation, x.reloads, x.last_reload, x.generation, x.gateway, x.groups,
-           x.replacements, x.drains);
+           x.replacements, x.drains, x.cluster);
 }
 
 /// A change worth showing to a person watching the engine (caf-shell

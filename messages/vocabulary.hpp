@@ -41,6 +41,13 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::group_status>))
   CAF_ADD_TYPE_ID(egress, (egress::host_drain))
   CAF_ADD_TYPE_ID(egress, (std::vector<egress::host_drain>))
+  CAF_ADD_TYPE_ID(egress, (egress::store_change))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::store_change>))
+  CAF_ADD_TYPE_ID(egress, (egress::host_owner))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::host_owner>))
+  CAF_ADD_TYPE_ID(egress, (egress::cluster_member))
+  CAF_ADD_TYPE_ID(egress, (std::vector<egress::cluster_member>))
+  CAF_ADD_TYPE_ID(egress, (egress::cluster_status))
 
   // Atoms are at most 10 characters in CAF 0.17.
   CAF_ADD_ATOM(egress, egress::atom, status, "status")
@@ -67,5 +74,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(egress, caf::first_custom_type_id)
   CAF_ADD_ATOM(egress, egress::atom, place, "place")         // the fleet places group members
   CAF_ADD_ATOM(egress, egress::atom, cordon, "cordon")       // drain-host / undrain-host
   CAF_ADD_ATOM(egress, egress::atom, rename, "rename")       // a replacement takes its member's name
+  CAF_ADD_ATOM(egress, egress::atom, claim, "claim")         // the cluster claims and releases hosts
+  CAF_ADD_ATOM(egress, egress::atom, watch, "watch")         // the cluster's watch of the store
+  CAF_ADD_ATOM(egress, egress::atom, superseded, "superseded") // a newer owner's mark was seen
 
 CAF_END_TYPE_ID_BLOCK(egress)

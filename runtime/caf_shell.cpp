@@ -5,7 +5,7 @@
 //
 // Without -c it is a line REPL (libedit: history, completion of commands,
 // kinds and the names it has seen). Commands:
-//   ls [links|images|proxies|health|gateway|calls|nodes]  actors with state, start time, liveness
+//   ls [links|images|proxies|health|gateway|calls|nodes|cluster]  actors with state, start time, liveness
 //                                      (every node's: see engine.peers)
 //   show <kind> <name>                 one actor with every detail
 //   status                             the fleet's status (use --json for all of it)
@@ -79,7 +79,7 @@ const char* usage_text =
   "machine, which only its user (and root) may read.\n"
   "\n"
   "Commands:\n"
-  "  ls [links|hosts|images|proxies|health|gateway|calls|nodes]\n"
+  "  ls [links|hosts|images|proxies|health|gateway|calls|nodes|cluster]\n"
   "                                    actors with state, start time, liveness, on\n"
   "                                    every node this one reaches (engine.peers)\n"
   "  show <kind> <name>                one actor with every detail\n"
@@ -124,7 +124,8 @@ std::vector<std::string> words(const std::string& line) {
 /// The kinds `ls` lists: the fleet's actors, their calls and the nodes.
 constexpr actor_kind listed_kinds[] = {actor_kind::link,    actor_kind::image, actor_kind::proxy,
                                        actor_kind::health,  actor_kind::gateway,
-                                       actor_kind::call,    actor_kind::node};
+                                       actor_kind::call,    actor_kind::node,
+                                       actor_kind::cluster};
 
 /// The kind a word names ("proxies" and "proxy" both name proxy); "all" is
 /// every kind (empty).
@@ -670,7 +671,7 @@ char** complete(const char* text, int start, int) {
                   "drain",  "undrain", "drain-host", "undrain-host", "reload", "help", "quit"};
   } else {
     candidates = {"links", "hosts", "images", "proxies", "health", "gateway", "calls", "nodes",
-                  "link",  "image", "proxy",  "call",    "node"};
+                  "cluster", "link", "image", "proxy", "call", "node"};
     if (completing)
       for (auto& n : completing->names())
         candidates.push_back(n);

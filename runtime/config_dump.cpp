@@ -38,6 +38,21 @@ std::string gateway_line(const gateway_config& g) {
          + ", resync-interval = " + duration_text(g.resync_interval) + " }\n";
 }
 
+// The cluster's keys; the password itself never (its file's path only).
+std::string cluster_line(const cluster_config& c) {
+  std::string out = "cluster = { etcd = " + list(c.etcd)
+                    + ", lease-ttl = " + duration_text(c.lease_ttl)
+                    + ", request-timeout = " + duration_text(c.request_timeout)
+                    + ", unreachable-release = " + duration_text(c.unreachable_release)
+                    + ", prefix = " + quoted(c.prefix);
+  for (auto [key, value] : {std::pair{"ca-file", &c.ca_file}, std::pair{"cert-file", &c.cert_file},
+                            std::pair{"key-file", &c.key_file}, std::pair{"user", &c.user},
+                            std::pair{"password-file", &c.password_file}})
+    if (!value->empty())
+      out += std::string{", "} + key + " = " + quoted(*value);
+  return out + " }\n";
+}
+
 // [engine]'s own keys, before its lists.
 std::string engine_keys(const engine_config& cfg) {
   std::string out;
@@ -77,6 +92,8 @@ std::string engine_keys(const engine_config& cfg) {
   for (size_t i = 0; i < cfg.peers.size(); ++i)
     out += (i ? ", " : "") + quoted(cfg.peers[i]);
   out += "]\n";
+  if (cfg.cluster.enabled)
+    out += cluster_line(cfg.cluster);
   return out;
 }
 

@@ -471,14 +471,10 @@ gateway_config read_gateway(problems& out, const dict& d, const fs::path& base) 
   return g;
 }
 
-// The shared secret: a private file (like an SSH key, refused if others may
-// read it), its content without the trailing newline.
-std::string read_secret(problems& out, const std::string& file, const fs::path& base) {
-  const std::string key = "engine.inspect.secret-file";
-  auto path = resolve_file(out, key, file, base);
-  if (path.empty())
-    return {};
-  if (!check_private(out, key, path))
+// A private file's content (like an SSH key: refused if others may read
+// it) without its trailing newline.
+std::string read_private_text(problems& out, const std::string& key, const std::string& path) {
+  if (path.empty() || !check_private(out, key, path))
     return {};
   std::ifstream in{path};
   std::string secret{std::istreambuf_iterator<char>{in}, {}};
@@ -489,12 +485,58 @@ std::string read_secret(problems& out, const std::string& file, const fs::path& 
   return secret;
 }
 
+// The inspector's shared secret.
+std::string read_secret(problems& out, const std::string& file, const fs::path& base) {
+  const std::string key = "engine.inspect.secret-file";
+  return read_private_text(out, key, resolve_file(out, key, file, base));
+}
+
+// engine.cluster: etcd's URLs, the lease, and TLS and auth for a real etcd
+// (files relative to the config file; the password file private like the
+// inspector's secret).
+cluster_config read_cluster(problems& out, const dict& d, const fs::path& base) {
+  cluster_config c;
+  c.enabled = true;
+  dict_reader r{out, d, "engine.cluster",
+                {"enabled", "etcd", "lease-ttl", "request-timeout", "unreachable-release",
+                 "prefix", "ca-file", "cert-file", "key-file", "user", "password-file"}};
+  r.read("enabled", c.enabled);
+  r.read("etcd", c.etcd);
+  r.read("lease-ttl", c.lease_ttl);
+  r.read("request-timeout", c.request_timeout);
+  r.read("unreachable-release", c.unreachable_release);
+  r.read("prefix", c.prefix);
+  r.read("user", c.user);
+  std::string ca, cert, key, password;
+  r.read("ca-file", ca);
+  r.read("cert-file", cert);
+  r.read("key-file", key);
+  r.read("password-file", password);
+  r.finish();
+  if (!ca.empty())
+    c.ca_file = resolve_file(out, r.path("ca-file"), ca, base);
+  if (!cert.empty())
+    c.cert_file = resolve_file(out, r.path("cert-file"), cert, base);
+  if (!key.empty()) {
+    c.key_file = resolve_file(out, r.path("key-file"), key, base);
+    if (!c.key_file.empty())
+      check_private(out, r.path("key-file"), c.key_file);
+  }
+  if (!password.empty()) {
+    c.password_file = resolve_file(out, r.path("password-file"), password, base);
+    c.password = read_private_text(out, r.path("password-file"), c.password_file);
+    if (c.password.empty())
+      out.silence(r.path("password-file"));
+  }
+  return c;
+}
+
 void read_engine(problems& out, const dict& d, const fs::path& base,
                  engine_config& cfg) {
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "bulk-read-interval", "address-grace", "shutdown-timeout", "redial-min",
                  "redial-max", "gc", "probe", "inspect", "metrics", "gateway", "node", "peers",
-                 "hosts", "images", "proxies", "groups", "host-grace", "unedited"}};
+                 "cluster", "hosts", "images", "proxies", "groups", "host-grace", "unedited"}};
   r.read("unedited", cfg.unedited);
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
@@ -523,6 +565,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
     cfg.gateway = read_gateway(out, *x, base);
   r.read("node", cfg.node);
   r.read("peers", cfg.peers);
+  if (auto x = r.get<dict>("cluster", false, "a dict like {etcd = [\"http://127.0.0.1:2379\"]}"))
+    cfg.cluster = read_cluster(out, *x, base);
   if (auto xs = r.get<list>("hosts", true, "a list of dicts"))
     for_each_dict(out, "engine.hosts", *xs, [&](auto path, auto& x) {
       cfg.hosts.push_back(read_host(out, path, x, base));

@@ -131,4 +131,9 @@ engine_event rotation_event_of(const rotation_book::change& c, const std::string
 std::string group_metrics(const std::vector<group_status>& groups, uint64_t replacements,
                           const std::vector<host_drain>& drains);
 
+/// The cluster's families (engine.cluster): this node's phase and lease
+/// age, the hosts it owns, ownership changes and fencing refusals
+/// (actors/fleet_metrics.cpp). Empty without a cluster.
+std::string cluster_metrics(const cluster_status& s);
+
 } // namespace egress

@@ -1,5 +1,6 @@
 #include "providers/libvirt/domain_xml.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <sstream>
@@ -59,6 +60,11 @@ caf::error check_mark(const std::string& at, const domain_mark& m) {
   if (!m.host.empty())
     if (auto err = check_name(at + ".host", m.host))
       return err;
+  if (!m.owner.empty())
+    if (auto err = check_name(at + ".owner", m.owner))
+      return err;
+  if (m.token < 0)
+    return bad(at + ".token", std::to_string(m.token), "must not be negative");
   if (m.created_at.empty() || m.created_at.size() > 64 || !all_of(m.created_at, timestamp_char))
     return bad(at + ".created_at", m.created_at, "must be an RFC 3339 timestamp");
   if (m.spec_hash.empty() || m.spec_hash.size() > 128 || !all_of(m.spec_hash, lower_hex))
@@ -117,22 +123,33 @@ std::string qualified(const char* local) {
   return std::string{mark_prefix} + ":" + local;
 }
 
-void add_text(pugi::xml_node parent, const char* local, const std::string& text) {
-  parent.append_child(qualified(local).c_str()).text().set(text.c_str());
-}
-
-void append_mark(pugi::xml_node parent, const domain_mark& m) {
-  auto mark = parent.append_child(qualified("mark").c_str());
-  mark.append_attribute((std::string{"xmlns:"} + mark_prefix).c_str()) = mark_namespace;
-  add_text(mark, "uid", m.uid);
-  add_text(mark, "created-at", m.created_at);
-  add_text(mark, "entry", m.entry);
-  add_text(mark, "spec-hash", m.spec_hash);
+// The mark under `parent`. Prefixed (with its namespace declared) inside a
+// domain's <metadata>; bare for virDomainSetMetadata, which declares the
+// namespace itself and refuses an element that already declares it
+// ("failed to create a new XML namespace").
+void append_mark(pugi::xml_node parent, const domain_mark& m, bool prefixed = true) {
+  auto name = [prefixed](const char* local) {
+    return prefixed ? qualified(local) : std::string{local};
+  };
+  auto text = [&](pugi::xml_node at, const char* local, const std::string& value) {
+    at.append_child(name(local).c_str()).text().set(value.c_str());
+  };
+  auto mark = parent.append_child(name("mark").c_str());
+  if (prefixed)
+    mark.append_attribute((std::string{"xmlns:"} + mark_prefix).c_str()) = mark_namespace;
+  text(mark, "uid", m.uid);
+  text(mark, "created-at", m.created_at);
+  text(mark, "entry", m.entry);
+  text(mark, "spec-hash", m.spec_hash);
   if (!m.host.empty())
-    add_text(mark, "host", m.host);
-  auto tags = mark.append_child(qualified("tags").c_str());
+    text(mark, "host", m.host);
+  if (!m.owner.empty()) {
+    text(mark, "owner", m.owner);
+    text(mark, "token", std::to_string(m.token));
+  }
+  auto tags = mark.append_child(name("tags").c_str());
   for (auto& t : m.tags)
-    add_text(tags, "tag", t);
+    text(tags, "tag", t);
 }
 
 void add_file_source(pugi::xml_node dev, const std::string& path) {
@@ -168,6 +185,15 @@ std::string_view namespace_of(pugi::xml_node n) {
   return {};
 }
 
+// A token is decimal digits; anything else (a mark edited by hand) reads as
+// 0, the oldest token, which no node takes for a newer claim than its own.
+int64_t read_token(std::string_view text) {
+  if (text.empty() || text.size() > 18
+      || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return 0;
+  return std::stoll(std::string{text});
+}
+
 domain_mark read_mark(pugi::xml_node node) {
   domain_mark m;
   for (auto child : node.children()) {
@@ -182,6 +208,10 @@ domain_mark read_mark(pugi::xml_node node) {
       m.spec_hash = child.text().get();
     else if (name == "host")
       m.host = child.text().get();
+    else if (name == "owner")
+      m.owner = child.text().get();
+    else if (name == "token")
+      m.token = read_token(child.text().get());
     else if (name == "tags")
       for (auto tag : child.children())
         if (local_name(tag) == "tag")
@@ -269,7 +299,7 @@ caf::expected<std::string> build_mark_xml(const domain_mark& mark) {
   if (auto err = check_mark("mark", mark))
     return err;
   pugi::xml_document doc;
-  append_mark(doc, mark);
+  append_mark(doc, mark, false);
   return render(doc);
 }
 

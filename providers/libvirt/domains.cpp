@@ -190,6 +190,40 @@ read_domain(connection& c, const std::string& name,
   return r;
 }
 
+caf::error write_mark(connection& c, const std::string& name, const domain_mark& mark) {
+  auto xml = build_mark_xml(mark);
+  if (!xml)
+    return xml.error();
+  auto dom = lookup(c, name, "write the mark of " + name);
+  if (!dom)
+    return dom.error();
+  if (!*dom)
+    return make_error(ec::no_domain, name + ": write the mark: no such domain");
+  unsigned flags = VIR_DOMAIN_AFFECT_CONFIG;
+  if (virDomainIsActive(dom->get()) == 1)
+    flags |= VIR_DOMAIN_AFFECT_LIVE;
+  if (virDomainSetMetadata(dom->get(), VIR_DOMAIN_METADATA_ELEMENT, xml->c_str(), mark_prefix,
+                           mark_namespace, flags)
+      < 0)
+    return last_error(name + ": write the mark");
+  return {};
+}
+
+caf::expected<domain_reading>
+read_and_stamp(connection& c, const std::string& name, const std::vector<address_source>& sources,
+               bool with_macs, const std::string& entry, const std::string& owner, int64_t token) {
+  auto r = read_domain(c, name, sources, with_macs);
+  if (!r || !r->exists || !r->has_mark || r->mark.entry != entry || r->mark.token >= token)
+    return r;
+  auto stamped = r->mark;
+  stamped.owner = owner;
+  stamped.token = token;
+  if (auto err = write_mark(c, name, stamped))
+    return err;
+  r->mark = std::move(stamped);
+  return r;
+}
+
 caf::expected<std::vector<domain_reading>>
 list_marked(connection& c, const std::string& entry) {
   virDomainPtr* raw = nullptr;

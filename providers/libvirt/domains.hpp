@@ -31,6 +31,20 @@ caf::expected<domain_reading>
 read_domain(connection& c, const std::string& name,
             const std::vector<address_source>& sources, bool with_macs = false);
 
+/// Writes `mark` as the domain's mark (virDomainSetMetadata, the element in
+/// the mark's namespace): into its persistent definition, and into the
+/// running one while it runs.
+caf::error write_mark(connection& c, const std::string& name, const domain_mark& mark);
+
+/// In a cluster: read_domain, then, when the domain carries `entry`'s mark
+/// with a token older than `token`, that mark rewritten with `owner` and
+/// `token` (the fence on the host: the node whose claim is older reads the
+/// newer token at its next read, or at once from the metadata-change event).
+/// A newer token is left as it is: the caller refuses the domain.
+caf::expected<domain_reading>
+read_and_stamp(connection& c, const std::string& name, const std::vector<address_source>& sources,
+               bool with_macs, const std::string& entry, const std::string& owner, int64_t token);
+
 /// Lists every domain whose mark names `entry`, with state (no addresses).
 caf::expected<std::vector<domain_reading>>
 list_marked(connection& c, const std::string& entry);

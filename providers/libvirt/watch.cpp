@@ -8,6 +8,7 @@
 #include <libvirt/virterror.h>
 
 #include "messages/error.hpp"
+#include "providers/libvirt/domain_xml.hpp"
 #include "providers/libvirt/error.hpp"
 
 namespace egress::lv {
@@ -41,6 +42,14 @@ void on_lifecycle(virConnectPtr, virDomainPtr dom, int event, int, void* opaque)
 
 void on_agent(virConnectPtr, virDomainPtr dom, int, int, void* opaque) {
   hand_on(dom, domain_change::agent, opaque);
+}
+
+// Only the mark's namespace: in a cluster a newer owner stamps it, and the
+// node whose claim is older must read it back at once.
+void on_metadata(virConnectPtr, virDomainPtr dom, int type, const char* nsuri, void* opaque) {
+  if (type == VIR_DOMAIN_METADATA_ELEMENT && nsuri != nullptr
+      && std::strcmp(nsuri, mark_namespace) == 0)
+    hand_on(dom, domain_change::metadata, opaque);
 }
 
 void free_sink(void* opaque) {
@@ -80,6 +89,12 @@ caf::error watch_domains(connection& c, domain_sink sink) {
   // without them still has lifecycle events.
   if (register_one(c, VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, VIR_DOMAIN_EVENT_CALLBACK(on_agent),
                    sink)
+      < 0)
+    virResetLastError();
+  // Metadata events are from libvirt 3.0; a driver without them leaves the
+  // newer mark to the next read.
+  if (register_one(c, VIR_DOMAIN_EVENT_ID_METADATA_CHANGE,
+                   VIR_DOMAIN_EVENT_CALLBACK(on_metadata), sink)
       < 0)
     virResetLastError();
   return {};

@@ -25,8 +25,8 @@ namespace {
 
 constexpr const char* engine_keys =
   "entry, poll-interval, bulk-read-interval, address-grace, shutdown-timeout, redial-min, "
-  "redial-max, gc, probe, inspect, metrics, gateway, node, peers, hosts, images, proxies, "
-  "groups, host-grace, unedited";
+  "redial-max, gc, probe, inspect, metrics, gateway, node, peers, cluster, hosts, images, "
+  "proxies, groups, host-grace, unedited";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from, kernel, initrd, cmdline";
 
@@ -1029,6 +1029,59 @@ BOOST_AUTO_TEST_CASE(a_gateway_socket_that_is_not_a_socket_is_refused) {
   auto dir_text = problems(std::string{minimal} + "gateway = { socket = \"" + dir.string()
                            + "\" }\n");
   BOOST_CHECK(dir_text.find("is not a socket") != std::string::npos);
+}
+
+// -- engine.cluster -------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(a_cluster_loads_with_its_defaults_and_its_files) {
+  auto pw = write("etcd.password", "s3cret\n");
+  fs::permissions(pw, fs::perms::owner_read | fs::perms::owner_write);
+  write("ca.pem", "ca");
+  auto cfg = load(std::string{minimal}
+                  + "node = \"a\"\n"
+                    "cluster = {etcd = [\"http://127.0.0.1:2379\", \"https://10.0.0.2:2379/\"], "
+                    "user = \"engine\", password-file = \"etcd.password\", ca-file = \"ca.pem\"}\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  auto& c = cfg->cluster;
+  BOOST_CHECK(c.enabled);
+  BOOST_CHECK_EQUAL(c.etcd.size(), 2u);
+  BOOST_CHECK(c.lease_ttl == 10s);
+  BOOST_CHECK(c.request_timeout == 2s);
+  BOOST_CHECK(c.unreachable_release == 60s);
+  BOOST_CHECK_EQUAL(c.prefix, "/egress-engine");
+  BOOST_CHECK_EQUAL(c.password, "s3cret");
+  BOOST_CHECK_EQUAL(c.ca_file, (dir / "ca.pem").string());
+}
+
+BOOST_AUTO_TEST_CASE(a_config_without_a_cluster_has_none) {
+  auto cfg = load(minimal);
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK(!cfg->cluster.enabled);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_cluster_is_refused_with_every_reason) {
+  auto text = problems(std::string{minimal}
+                       + "cluster = {etcd = [\"127.0.0.1:2379\"], lease-ttl = 1s, "
+                         "request-timeout = 2s, prefix = \"egress/\", user = \"engine\", "
+                         "colour = \"red\"}\n");
+  for (auto expected :
+       {line("engine.cluster.etcd[0]",
+             "expected http://HOST:PORT or https://HOST:PORT, got \"127.0.0.1:2379\""),
+        line("engine.node", "required with engine.cluster: every node of a cluster needs a name "
+                            "of its own (it owns hosts under it)"),
+        line("engine.cluster.lease-ttl", "must be between 3s and 10min, got 1s"),
+        line("engine.cluster.request-timeout", "must be at most a third of lease-ttl (1s), got 2s"),
+        line("engine.cluster.password-file", "required with user (etcd's password for \"engine\")")})
+    BOOST_CHECK_MESSAGE(text.find(expected) != std::string::npos, expected << "\nin:\n" << text);
+  BOOST_CHECK(text.find("engine.cluster.prefix") != std::string::npos);
+  BOOST_CHECK(text.find("colour") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_cluster_with_groups_is_refused) {
+  auto text = problems(std::string{minimal}
+                       + "node = \"a\"\ncluster = {etcd = [\"http://127.0.0.1:2379\"]}\n"
+                         "groups = [{name = \"eu\", count = 1, hosts = [\"hv1\"]}]\n");
+  BOOST_CHECK(text.find("engine.groups: not supported with engine.cluster yet") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -45,7 +45,8 @@ struct fixture : test::det_fixture {
   std::shared_ptr<test::kill_probe> probe = std::make_shared<test::kill_probe>();
 
   host_link_actor spawn_link(caf::timespan budget = 1s, uint32_t limit = 5,
-                             uint32_t connections = 1, status_sink_actor sink = {}) {
+                             uint32_t connections = 1, status_sink_actor sink = {},
+                             host_fence_ptr fence = nullptr) {
     // The engine's defaults, as a config without these keys gives them.
     host_config h;
     h.name = "hv1";
@@ -56,6 +57,7 @@ struct fixture : test::det_fixture {
     auto o = link_options_of(h, engine_config{});
     o.connections = connections;
     o.sink = std::move(sink);
+    o.fence = std::move(fence);
     o.make_transport = test::test_transports("test:///default", probe);
     auto link = sys.spawn(make_host_link, std::move(o));
     BOOST_REQUIRE(run_until([&] { return link_of(link).state == link_state::up; }));
@@ -78,6 +80,7 @@ struct fixture : test::det_fixture {
         [](image_status&) {},
         [](proxy_health&) {},
         [](gateway_status&) {},
+        [](atom::superseded, const std::string&, int64_t) {},
       };
     });
     auto link = spawn_link(30s, 3, 1, sink);
@@ -286,6 +289,41 @@ BOOST_AUTO_TEST_CASE(dead_link_redials_on_next_call_after_backoff) {
   BOOST_CHECK_MESSAGE(!out->err, render(out->err));
   BOOST_CHECK(link_of(link).state == link_state::up);
   BOOST_CHECK_EQUAL(link_of(link).backoff.dials(), 2u);
+  anon_send_exit(link, caf::exit_reason::user_shutdown);
+}
+
+// In a cluster the fence is checked on the worker right before each call
+// runs (actors/parts/host_fence.hpp): a node whose lease is not confirmed
+// young enough, or that lost the host, sends libvirt nothing. Without the
+// check in actors/host_link.cpp the call after the deadline runs.
+BOOST_AUTO_TEST_CASE(spec_37_a_call_past_its_fence_s_deadline_is_refused) {
+  auto fence = std::make_shared<host_fence>();
+  fence->open_until(host_fence::clock::now() + 1h);
+  auto link = spawn_link(1s, 5, 1, {}, fence);
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  auto job = [ran] {
+    return call_job{"mutate", [ran](lv::connection&) -> caf::expected<std::any> {
+                      ++*ran;
+                      return std::any{true};
+                    }};
+  };
+  auto open = request_call(link, job());
+  BOOST_REQUIRE(run_until([&] { return open->done; }));
+  BOOST_CHECK_MESSAGE(!open->err, render(open->err));
+  BOOST_CHECK_EQUAL(ran->load(), 1);
+  // The deadline passed (a keepalive not confirmed, a SIGSTOP): nothing runs.
+  fence->open_until(host_fence::clock::now() - 1ms);
+  auto late = request_call(link, job());
+  BOOST_REQUIRE(run_until([&] { return late->done; }));
+  BOOST_CHECK(is(late->err, ec::fenced));
+  BOOST_CHECK(kind_of(late->err) == error_kind::transient);
+  BOOST_CHECK_EQUAL(ran->load(), 1);
+  BOOST_CHECK_EQUAL(fence->refusals(), 1u);
+  // Open again (the lease confirmed): calls run.
+  fence->open_until(host_fence::clock::now() + 1h);
+  auto again = request_call(link, job());
+  BOOST_REQUIRE(run_until([&] { return again->done; }));
+  BOOST_CHECK_EQUAL(ran->load(), 2);
   anon_send_exit(link, caf::exit_reason::user_shutdown);
 }
 

@@ -1,0 +1,318 @@
+// The cluster actor's store side: what it reads from etcd (a range, then a
+// watch from the revision after it), the claims and releases the ownership
+// book asks for, and what this node publishes under its lease (its node key
+// and its share of the rotation). Every request runs on a detached worker.
+#include "actors/call.hpp"
+#include "actors/cluster.hpp"
+#include "base/log.hpp"
+#include "messages/error.hpp"
+
+namespace egress {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// One request may try every endpoint in turn, each within the timeout.
+caf::timespan request_bound(const cluster_state& st) {
+  auto n = static_cast<int64_t>(std::max<size_t>(1, st.opts.cfg.etcd.size()));
+  return st.opts.cfg.request_timeout * n + std::chrono::seconds(1);
+}
+
+void on_worker(cluster_pointer self, call_worker_actor& worker, std::string what,
+               std::function<caf::expected<std::any>()> fn,
+               std::function<void(caf::expected<std::any>)> done) {
+  self->request(worker, request_bound(self->state), atom::run_v,
+                blocking_work{std::move(what), std::move(fn)})
+    .then([done](call_result& r) { done(std::move(r.value)); },
+          [done](caf::error& err) { done(std::move(err)); });
+}
+
+owner_key owner_of(const store_change& c) {
+  return owner_key{c.value, c.lease, c.create_revision, c.mod_revision};
+}
+
+store_change change_of(const etcd::key_value& kv, bool deleted) {
+  return store_change{deleted, kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.lease};
+}
+
+// One change of a key under the entry, into the book or the others' rotation.
+void take_change(cluster_pointer self, const store_change& c, clock::time_point now) {
+  auto& st = self->state;
+  auto k = st.keys.parse(c.key);
+  if (!k)
+    return;
+  switch (k->kind) {
+    case cluster_key_kind::host:
+      if (c.deleted)
+        st.book.host_freed(k->name, now);
+      else
+        st.book.host_owned(k->name, owner_of(c), now);
+      break;
+    case cluster_key_kind::node:
+      if (c.deleted)
+        st.book.node_gone(k->name);
+      else
+        st.book.node_put(k->name, decode_avoid(c.value).value_or(std::vector<std::string>{}),
+                         c.lease, now);
+      break;
+    case cluster_key_kind::rotation:
+      if (k->name == st.opts.node)
+        break;
+      if (auto members = decode_members(c.value); members && !c.deleted)
+        st.others[k->name] = std::move(*members);
+      else
+        st.others.erase(k->name);
+      break;
+  }
+}
+
+// etcd 3.4 tells a quiet watch where the store is only every 10 minutes
+// unless started otherwise (docs/notes/etcd.md): a silent stream is read
+// again past this, and a node that lost etcd reads the store anyway when a
+// keepalive confirms its lease again.
+constexpr auto watch_idle = std::chrono::minutes(11);
+
+void start_watch(cluster_pointer self, int64_t from) {
+  auto& st = self->state;
+  stop_watch(self);
+  auto no = ++st.watch_no;
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  st.watch_cancel = cancel;
+  auto me = caf::actor_cast<cluster_actor>(self);
+  auto prefix = st.keys.root();
+  blocking_work work{"watch " + prefix, [store = st.store, prefix, from, cancel, me,
+                                         no]() -> caf::expected<std::any> {
+    auto err = store->watch(prefix, from, [&](int64_t rev, std::vector<etcd::watch_event> evs) {
+      std::vector<store_change> out;
+      for (auto& e : evs)
+        out.push_back(change_of(e.kv, e.deleted));
+      caf::anon_send(me, atom::watch_v, no, rev, std::move(out));
+    }, *cancel, watch_idle);
+    if (err)
+      return err;
+    return std::any{true};
+  }};
+  auto call = spawn_call(self->system(), "etcd", std::move(work));
+  self->request(call, caf::infinite, atom::run_v)
+    .then([](call_result&) {}, // cancelled: a newer watch or the end
+          [self, no](caf::error& err) {
+            auto& st = self->state;
+            if (st.watch_no != no || st.phase == cluster_phase::stopping)
+              return;
+            ++st.counters.store_errors;
+            log::warn(st.name, "the watch ended: " + render(err) + "; reading again in 1 s");
+            self->delayed_send(self, std::chrono::seconds(1), atom::watch_v, atom::poll_v);
+          });
+}
+
+void on_range(cluster_pointer self, caf::expected<std::any> r) {
+  auto& st = self->state;
+  st.reading = false;
+  if (st.phase == cluster_phase::stopping)
+    return;
+  if (!r) {
+    ++st.counters.store_errors;
+    log::warn(st.name, "reading the store failed: " + render(r.error()) + "; again in 1 s");
+    self->delayed_send(self, std::chrono::seconds(1), atom::watch_v, atom::poll_v);
+    return;
+  }
+  auto& range = std::any_cast<etcd::range_result&>(*r);
+  auto now = clock::now();
+  std::map<std::string, owner_key> hosts;
+  std::map<std::string, ownership::node_key> nodes;
+  st.others.clear();
+  for (auto& kv : range.kvs) {
+    auto k = st.keys.parse(kv.key);
+    if (!k)
+      continue;
+    if (k->kind == cluster_key_kind::host)
+      hosts[k->name] = owner_of(change_of(kv, false));
+    else if (k->kind == cluster_key_kind::node)
+      nodes[k->name] = {decode_avoid(kv.value).value_or(std::vector<std::string>{}), kv.lease};
+    else
+      take_change(self, change_of(kv, false), now);
+  }
+  st.book.reset(hosts, nodes, now);
+  st.revision = range.revision;
+  start_watch(self, range.revision + 1);
+  claim_and_release(self);
+  push_view(self, true);
+}
+
+void on_claimed(cluster_pointer self, const std::string& host, caf::expected<std::any> r) {
+  auto& st = self->state;
+  st.book.claiming(host, false);
+  if (!r) {
+    ++st.counters.store_errors;
+    log::warn(st.name, "claim of " + host + " failed: " + render(r.error()));
+    return;
+  }
+  auto& c = std::any_cast<etcd::claim_result&>(*r);
+  auto now = clock::now();
+  if (c.won) {
+    ++st.counters.claims_won;
+    st.book.host_owned(host, owner_key{st.opts.node, st.lease, c.revision, c.revision}, now);
+  } else if (c.holder) {
+    st.book.host_owned(host, owner_of(change_of(*c.holder, false)), now);
+  }
+  push_view(self);
+}
+
+void claim(cluster_pointer self, const std::string& host) {
+  auto& st = self->state;
+  st.book.claiming(host, true);
+  auto key = st.keys.host(host);
+  on_store_worker(self, "claim " + host,
+                  [store = st.store, key, node = st.opts.node,
+                   lease = st.lease]() -> caf::expected<std::any> {
+                    auto r = store->claim(key, node, lease);
+                    if (!r)
+                      return r.error();
+                    return std::any{std::move(*r)};
+                  },
+                  [self, host](caf::expected<std::any> r) { on_claimed(self, host, std::move(r)); });
+}
+
+// The fence closes before the key goes: nothing of this node changes the
+// host once another node may claim it.
+void release(cluster_pointer self, const std::string& host, int64_t mod_revision) {
+  auto& st = self->state;
+  st.opts.fences->of(host)->close();
+  st.book.host_freed(host, clock::now());
+  push_view(self);
+  log::info(st.name, host + ": given up (" + st.book.wanted(host) + " is wanted for it, or its "
+                       "link stayed down)");
+  auto key = st.keys.host(host);
+  on_store_worker(self, "release " + host,
+                  [store = st.store, key, mod_revision]() -> caf::expected<std::any> {
+                    auto r = store->release(key, mod_revision);
+                    if (!r)
+                      return r.error();
+                    return std::any{*r};
+                  },
+                  [self, host](caf::expected<std::any> r) {
+                    if (!r) {
+                      ++self->state.counters.store_errors;
+                      log::warn(self->state.name, "release of " + host + " failed: "
+                                                    + render(r.error()));
+                    }
+                  });
+}
+
+void put(cluster_pointer self, std::string what, std::string key, std::string value,
+         std::function<void(bool)> done) {
+  auto& st = self->state;
+  on_store_worker(self, std::move(what),
+                  [store = st.store, key = std::move(key), value = std::move(value),
+                   lease = st.lease]() -> caf::expected<std::any> {
+                    auto r = store->put(key, value, lease);
+                    if (!r)
+                      return r.error();
+                    return std::any{*r};
+                  },
+                  [self, done](caf::expected<std::any> r) {
+                    if (!r) {
+                      ++self->state.counters.store_errors;
+                      log::warn(self->state.name, "put failed: " + render(r.error()));
+                    }
+                    done(static_cast<bool>(r));
+                  });
+}
+
+} // namespace
+
+void on_lease_worker(cluster_pointer self, std::string what,
+                     std::function<caf::expected<std::any>()> fn,
+                     std::function<void(caf::expected<std::any>)> done) {
+  on_worker(self, self->state.lease_worker, std::move(what), std::move(fn), std::move(done));
+}
+
+void on_store_worker(cluster_pointer self, std::string what,
+                     std::function<caf::expected<std::any>()> fn,
+                     std::function<void(caf::expected<std::any>)> done) {
+  on_worker(self, self->state.store_worker, std::move(what), std::move(fn), std::move(done));
+}
+
+void stop_watch(cluster_pointer self) {
+  auto& st = self->state;
+  if (st.watch_cancel)
+    st.watch_cancel->store(true);
+  st.watch_cancel.reset();
+  ++st.watch_no;
+}
+
+void read_and_watch(cluster_pointer self) {
+  auto& st = self->state;
+  if (st.reading || st.phase == cluster_phase::stopping)
+    return;
+  st.reading = true;
+  stop_watch(self);
+  on_store_worker(self, "range " + st.keys.root(),
+                  [store = st.store, prefix = st.keys.root()]() -> caf::expected<std::any> {
+                    auto r = store->range(prefix);
+                    if (!r)
+                      return r.error();
+                    return std::any{std::move(*r)};
+                  },
+                  [self](caf::expected<std::any> r) { on_range(self, std::move(r)); });
+}
+
+void take_changes(cluster_pointer self, uint64_t watch_no, int64_t revision,
+                  std::vector<store_change>& changes) {
+  auto& st = self->state;
+  if (watch_no != st.watch_no || st.phase == cluster_phase::stopping)
+    return;
+  auto now = clock::now();
+  for (auto& c : changes)
+    take_change(self, c, now);
+  st.revision = std::max(st.revision, revision);
+  if (st.phase == cluster_phase::member)
+    claim_and_release(self);
+  push_view(self, true);
+}
+
+void claim_and_release(cluster_pointer self) {
+  auto& st = self->state;
+  if (st.phase != cluster_phase::member || st.reading)
+    return;
+  auto step = st.book.decide(clock::now());
+  for (auto& [host, mod] : step.release)
+    release(self, host, mod);
+  for (auto& host : step.claim)
+    claim(self, host);
+}
+
+void publish_node(cluster_pointer self) {
+  auto& st = self->state;
+  if (st.lease == 0 || st.phase == cluster_phase::stopping)
+    return;
+  auto value = encode_avoid(st.book.avoiding(clock::now()));
+  if (value == st.avoid_published)
+    return;
+  st.avoid_published = value;
+  put(self, "put node key", st.keys.node(st.opts.node), value, [self](bool ok) {
+    if (!ok)
+      self->state.avoid_published.clear(); // put again at the next tick
+  });
+}
+
+void publish_rotation(cluster_pointer self) {
+  auto& st = self->state;
+  if (st.lease == 0 || st.phase != cluster_phase::member || st.own_putting)
+    return;
+  auto value = encode_members(st.own);
+  if (value == st.own_published)
+    return;
+  st.own_putting = true;
+  put(self, "put rotation", st.keys.rotation(st.opts.node), value, [self, value](bool ok) {
+    auto& st = self->state;
+    st.own_putting = false;
+    if (!ok)
+      return; // the claim tick tries again
+    st.own_published = value;
+    publish_rotation(self); // what changed meanwhile
+  });
+}
+
+} // namespace egress
