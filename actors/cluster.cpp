@@ -45,12 +45,28 @@ bool confirmed_young(const cluster_state& st, clock::time_point now) {
   return st.lease != 0 && now < deadline(st);
 }
 
+// The hosts the fleet runs: those the book says are this node's and past
+// their guard, but for one whose domains carry a newer token than its claim
+// (the store and the hosts disagree: an operator must look). Fenced with its
+// lease alive, the node keeps them: their fences are closed (every call is
+// refused), but their proxies are still probed and served, and nothing
+// churns when the store answers again. Without a lease it has none.
+std::map<std::string, int64_t> hosts_to_run(const cluster_state& st, clock::time_point now) {
+  if (st.phase != cluster_phase::member && st.phase != cluster_phase::fenced)
+    return {};
+  auto out = st.book.usable(now);
+  std::erase_if(out, [&](auto& h) {
+    auto s = st.superseded.find(h.first);
+    return s != st.superseded.end() && s->second > h.second;
+  });
+  return out;
+}
+
 std::shared_ptr<cluster_view> build_view(cluster_pointer self, clock::time_point now) {
   auto& st = self->state;
   auto v = std::make_shared<cluster_view>();
   v->member = st.phase == cluster_phase::member;
-  if (v->member)
-    v->hosts = st.book.usable(now);
+  v->hosts = hosts_to_run(st, now);
   v->others = st.others;
   auto& s = v->status;
   s = st.counters;
@@ -69,13 +85,17 @@ std::shared_ptr<cluster_view> build_view(cluster_pointer self, clock::time_point
       n.rotation = static_cast<uint32_t>(st.own.size());
   }
   s.hosts = st.book.hosts(now);
+  for (auto& h : s.hosts)
+    if (auto x = st.superseded.find(h.host); x != st.superseded.end() && x->second > h.token)
+      h.state += ", superseded: a domain carries token " + std::to_string(x->second);
   s.refusals += st.opts.fences->refusals();
   return v;
 }
 
 // The one place the phase changes. Leaving member closes every fence at
-// once (the fleet then drops the hosts' links); a lost lease forgets every
-// claim (the store deleted them with the lease).
+// once (the hosts' calls are refused from then on); a lost lease forgets
+// every claim (the store deleted them with the lease), and the fleet drops
+// the hosts.
 void transition(cluster_pointer self, cluster_phase next, std::string reason) {
   auto& st = self->state;
   if (st.phase == next && st.reason == reason)
@@ -120,8 +140,9 @@ void on_keepalive(cluster_pointer self, clock::time_point sent,
   }
   if (sent > st.confirmed)
     st.confirmed = sent;
-  if (st.phase == cluster_phase::fenced) {
-    // Still ours: nobody could have claimed a key on it meanwhile.
+  if (st.phase == cluster_phase::fenced && confirmed_young(st, clock::now())) {
+    // Still ours: nobody could have claimed a key on it meanwhile. (Not on
+    // an answer so late that its confirmation is stale already.)
     transition(self, cluster_phase::member, {});
     read_and_watch(self);
   } else {
@@ -171,7 +192,9 @@ void grant(cluster_pointer self) {
   auto& st = self->state;
   st.lease_busy = true;
   auto sent = clock::now();
-  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(st.opts.cfg.lease_ttl);
+  // Whole seconds, rounded up: the store never expires the lease before
+  // the configured TTL the fences count with.
+  auto seconds = std::chrono::ceil<std::chrono::seconds>(st.opts.cfg.lease_ttl);
   on_lease_worker(self, "grant", [store = st.store, seconds]() -> caf::expected<std::any> {
     auto r = store->grant(seconds);
     if (!r)
@@ -192,6 +215,7 @@ void lease_tick(cluster_pointer self) {
                "no keepalive confirmed since " + duration_text(now - st.confirmed));
   if (!st.lease_busy)
     st.lease == 0 ? grant(self) : keepalive(self);
+  push_view(self, true); // the lease's age, also while nothing else changes
   self->delayed_send(self, keepalive_interval(st), atom::lease_v, atom::poll_v);
 }
 
@@ -208,13 +232,22 @@ void claim_tick(cluster_pointer self) {
   self->delayed_send(self, std::chrono::seconds(1), atom::claim_v, atom::poll_v);
 }
 
+// A proxy found a newer token than this node's claim in a domain's mark.
+// A report about an older claim (a proxy of a host given up and won again)
+// is stale. Otherwise the host is not run until the store says who owns
+// it; if the store still says this node, under an older token (etcd
+// restored from a backup restarts its revisions), it stays out, shown as
+// superseded, rather than taken and refused again and again.
 void on_superseded(cluster_pointer self, const std::string& host, int64_t token) {
   auto& st = self->state;
+  auto mine = st.book.token_of(host);
+  if (!mine || *mine >= token)
+    return;
   ++st.counters.refusals;
   log::warn(st.name, host + ": a domain's mark carries token " + std::to_string(token)
-                       + ", newer than this node's claim: reading the store again");
-  st.opts.fences->of(host)->close();
-  st.book.host_freed(host, clock::now()); // until the store says who owns it
+                       + ", newer than this node's claim (" + std::to_string(*mine)
+                       + "): not run until the store says otherwise");
+  st.superseded[host] = token;
   push_view(self);
   read_and_watch(self);
 }
@@ -268,6 +301,22 @@ void start_cluster(cluster_pointer self, cluster_options opts) {
   st.opts = std::move(opts);
   st.lease_worker = spawn_call_worker(self->system(), "etcd lease");
   st.store_worker = spawn_call_worker(self->system(), "etcd");
+  // The workers and the watch end with this actor, however it ends: a
+  // detached thread left behind would hold the actor system's shutdown.
+  self->attach_functor([lw = st.lease_worker, sw = st.store_worker, watch = st.watch_box] {
+    caf::anon_send_exit(lw, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(sw, caf::exit_reason::user_shutdown);
+    if (*watch)
+      (*watch)->store(true);
+  });
+  // Without its fleet the node supervises nothing: the lease goes, so the
+  // other nodes take the hosts at once.
+  self->monitor(st.opts.fleet);
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    if (msg.source == self->state.opts.fleet.address()
+        && self->state.phase != cluster_phase::stopping)
+      shut_down(self);
+  });
   if (auto c = etcd::client::make(client_options_of(st.opts.cfg)))
     st.store = *c;
   else
@@ -289,7 +338,10 @@ void push_view(cluster_pointer self, bool always) {
       log::warn(st.name, host + ": no longer this node's to change");
     }
   for (auto& [host, token] : v->hosts) {
-    st.opts.fences->of(host)->open_until(deadline(st));
+    if (v->member)
+      st.opts.fences->of(host)->open_until(deadline(st));
+    else
+      st.opts.fences->of(host)->close();
     if (!st.told.contains(host))
       log::info(st.name, host + ": this node's (token " + std::to_string(token) + ")");
   }
@@ -299,11 +351,17 @@ void push_view(cluster_pointer self, bool always) {
     self->send(st.opts.fleet, cluster_snapshot{std::move(v)});
 }
 
+// Over SSH, bytes a call wrote may sit in the kernel's send queue while
+// the path is cut, and reach libvirtd when it heals: until TCP_USER_TIMEOUT
+// ends the connection. The guard covers that too.
 std::map<std::string, std::chrono::milliseconds> guards_of(const engine_config& cfg) {
   std::map<std::string, std::chrono::milliseconds> out;
-  for (auto& h : cfg.hosts)
-    out[h.name] = std::chrono::duration_cast<std::chrono::milliseconds>(h.call_budget)
+  for (auto& h : cfg.hosts) {
+    auto longest = h.transport == "ssh" ? std::max(h.call_budget, h.tcp_user_timeout)
+                                        : h.call_budget;
+    out[h.name] = std::chrono::duration_cast<std::chrono::milliseconds>(longest)
                   + std::chrono::seconds(1);
+  }
   return out;
 }
 

@@ -65,7 +65,9 @@ struct cluster_state {
   call_worker_actor lease_worker, store_worker;
   // The watch: its number tells a current batch from a stale one.
   uint64_t watch_no = 0;
-  std::shared_ptr<std::atomic<bool>> watch_cancel;
+  // The running watch's cancel flag, in a box the actor's end can reach.
+  std::shared_ptr<std::shared_ptr<std::atomic<bool>>> watch_box
+    = std::make_shared<std::shared_ptr<std::atomic<bool>>>();
   bool reading = false; // a range (before a watch) in flight
   int64_t revision = 0;
   std::map<std::string, int64_t> told; // the usable hosts the fleet was last told
@@ -74,6 +76,9 @@ struct cluster_state {
   std::string own_published;   // the value last put under rotation/<node>
   bool own_putting = false;
   std::string avoid_published; // the value last put under nodes/<node>
+  // Hosts whose domains carry a newer token than this node's claim: by
+  // host, the newest token seen (actors/cluster.cpp, on_superseded).
+  std::map<std::string, int64_t> superseded;
   cluster_status counters;     // the counters only; the rest is built on push
 };
 
@@ -81,8 +86,9 @@ using cluster_pointer = cluster_actor::stateful_pointer<cluster_state>;
 
 cluster_actor::behavior_type make_cluster(cluster_pointer self, cluster_options opts);
 
-/// Each host's guard: its call budget and a second (a call the old owner
-/// sent may still be running inside libvirtd when its key goes).
+/// Each host's guard: its call budget (over SSH, its TCP user timeout when
+/// that is longer) and a second: a call the old owner sent may still be
+/// running inside libvirtd, or on its way there, when its key goes.
 std::map<std::string, std::chrono::milliseconds> guards_of(const engine_config& cfg);
 
 // -- the store's side (actors/cluster_store.cpp) ----------------------------------

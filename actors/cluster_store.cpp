@@ -78,7 +78,7 @@ void start_watch(cluster_pointer self, int64_t from) {
   stop_watch(self);
   auto no = ++st.watch_no;
   auto cancel = std::make_shared<std::atomic<bool>>(false);
-  st.watch_cancel = cancel;
+  *st.watch_box = cancel;
   auto me = caf::actor_cast<cluster_actor>(self);
   auto prefix = st.keys.root();
   blocking_work work{"watch " + prefix, [store = st.store, prefix, from, cancel, me,
@@ -140,9 +140,12 @@ void on_range(cluster_pointer self, caf::expected<std::any> r) {
   push_view(self, true);
 }
 
-void on_claimed(cluster_pointer self, const std::string& host, caf::expected<std::any> r) {
+void on_claimed(cluster_pointer self, const std::string& host, int64_t lease,
+                caf::expected<std::any> r) {
   auto& st = self->state;
   st.book.claiming(host, false);
+  if (lease != st.lease)
+    return; // made under a lease that is gone: its key went with it
   if (!r) {
     ++st.counters.store_errors;
     log::warn(st.name, "claim of " + host + " failed: " + render(r.error()));
@@ -152,7 +155,7 @@ void on_claimed(cluster_pointer self, const std::string& host, caf::expected<std
   auto now = clock::now();
   if (c.won) {
     ++st.counters.claims_won;
-    st.book.host_owned(host, owner_key{st.opts.node, st.lease, c.revision, c.revision}, now);
+    st.book.host_owned(host, owner_key{st.opts.node, lease, c.revision, c.revision}, now);
   } else if (c.holder) {
     st.book.host_owned(host, owner_of(change_of(*c.holder, false)), now);
   }
@@ -171,31 +174,45 @@ void claim(cluster_pointer self, const std::string& host) {
                       return r.error();
                     return std::any{std::move(*r)};
                   },
-                  [self, host](caf::expected<std::any> r) { on_claimed(self, host, std::move(r)); });
+                  [self, host, lease = st.lease](caf::expected<std::any> r) {
+                    on_claimed(self, host, lease, std::move(r));
+                  });
 }
 
-// The fence closes before the key goes: nothing of this node changes the
-// host once another node may claim it.
-void release(cluster_pointer self, const std::string& host, int64_t mod_revision) {
+const char* to_string(ownership::release_reason why) {
+  switch (why) {
+    case ownership::release_reason::unconfigured: return "no longer in the config";
+    case ownership::release_reason::unreachable: return "its link stayed down";
+    case ownership::release_reason::handover: return "another node is wanted for it";
+  }
+  return "?";
+}
+
+// The fence closes before the key goes (the book took the host out of
+// usable() when it decided): nothing of this node changes the host once
+// another node may claim it. The book keeps the release due until the
+// store shows the key gone or another owner's: a failed request is made
+// again at the next tick.
+void release(cluster_pointer self, const ownership::release& r) {
   auto& st = self->state;
-  st.opts.fences->of(host)->close();
-  st.book.host_freed(host, clock::now());
+  st.opts.fences->of(r.host)->close();
+  st.book.releasing(r.host, true);
   push_view(self);
-  log::info(st.name, host + ": given up (" + st.book.wanted(host) + " is wanted for it, or its "
-                       "link stayed down)");
-  auto key = st.keys.host(host);
-  on_store_worker(self, "release " + host,
-                  [store = st.store, key, mod_revision]() -> caf::expected<std::any> {
-                    auto r = store->release(key, mod_revision);
-                    if (!r)
-                      return r.error();
-                    return std::any{*r};
+  log::info(st.name, r.host + ": given up (" + to_string(r.why) + ")");
+  auto key = st.keys.host(r.host);
+  on_store_worker(self, "release " + r.host,
+                  [store = st.store, key, mod = r.mod_revision]() -> caf::expected<std::any> {
+                    auto x = store->release(key, mod);
+                    if (!x)
+                      return x.error();
+                    return std::any{*x};
                   },
-                  [self, host](caf::expected<std::any> r) {
-                    if (!r) {
+                  [self, host = r.host](caf::expected<std::any> x) {
+                    self->state.book.releasing(host, false);
+                    if (!x) {
                       ++self->state.counters.store_errors;
-                      log::warn(self->state.name, "release of " + host + " failed: "
-                                                    + render(r.error()));
+                      log::warn(self->state.name, "release of " + host + " failed (again at "
+                                                    "the next tick): " + render(x.error()));
                     }
                   });
 }
@@ -236,9 +253,9 @@ void on_store_worker(cluster_pointer self, std::string what,
 
 void stop_watch(cluster_pointer self) {
   auto& st = self->state;
-  if (st.watch_cancel)
-    st.watch_cancel->store(true);
-  st.watch_cancel.reset();
+  if (*st.watch_box)
+    (*st.watch_box)->store(true);
+  st.watch_box->reset();
   ++st.watch_no;
 }
 
@@ -277,8 +294,8 @@ void claim_and_release(cluster_pointer self) {
   if (st.phase != cluster_phase::member || st.reading)
     return;
   auto step = st.book.decide(clock::now());
-  for (auto& [host, mod] : step.release)
-    release(self, host, mod);
+  for (auto& r : step.releases)
+    release(self, r);
   for (auto& host : step.claim)
     claim(self, host);
 }
@@ -305,11 +322,12 @@ void publish_rotation(cluster_pointer self) {
   if (value == st.own_published)
     return;
   st.own_putting = true;
-  put(self, "put rotation", st.keys.rotation(st.opts.node), value, [self, value](bool ok) {
+  put(self, "put rotation", st.keys.rotation(st.opts.node), value,
+      [self, value, lease = st.lease](bool ok) {
     auto& st = self->state;
     st.own_putting = false;
-    if (!ok)
-      return; // the claim tick tries again
+    if (!ok || lease != st.lease)
+      return; // the claim tick tries again (under the lease it has now)
     st.own_published = value;
     publish_rotation(self); // what changed meanwhile
   });

@@ -238,6 +238,8 @@ image_actor image_for(fleet_pointer self, const std::string& image, const std::s
   o.transfer_budget = cfg_of->transfer_budget;
   o.make_transport = st.hooks.make_transport(o.host);
   o.sink = status_sink_actor{self};
+  if (st.fences)
+    o.fence = st.fences->of(host);
   auto img = spawn_image(self->system(), std::move(o));
   self->monitor(img);
   st.images.emplace(key, img);
@@ -673,10 +675,15 @@ config_diff converge(fleet_pointer self, engine_config next) {
 void drop_host(fleet_pointer self, const std::string& host, const std::string& why) {
   auto& st = self->state;
   log::warn(to_string(actor_kind::fleet), host + ": dropped: " + why);
+  // Its proxies, those a reload removed and still draining too.
   std::vector<std::string> names;
-  for (auto& p : st.cfg.proxies)
-    if (p.host == host)
-      names.push_back(p.name);
+  for (auto& [name, _] : st.proxies) {
+    auto spec = spec_of(st, name);
+    auto seen = st.view.proxies().find(name);
+    if ((spec && spec->host == host)
+        || (seen != st.view.proxies().end() && seen->second.host == host))
+      names.push_back(name);
+  }
   for (auto& n : names)
     retire_proxy(self, n);
   retire_images(self, {}, {host});
@@ -879,6 +886,10 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
 void on_down(fleet_pointer self, const caf::down_msg& msg) {
   if (self->state.silenced.erase(msg.source) > 0 || replacement_down(self, msg.source))
     return;
+  if (self->state.cluster && msg.source == self->state.cluster.address()) {
+    cluster_ended(self, msg.reason);
+    return;
+  }
   auto& ws = self->state.watchers;
   auto before = ws.size() + self->state.followers.size();
   std::erase_if(ws, [&](auto& w) { return w.address() == msg.source; });
@@ -976,8 +987,14 @@ fleet_status status_of(const fleet_state& st) {
   out.groups = st.groups.status();
   out.replacements = st.groups.replacements();
   out.drains = drain_rows(st);
-  if (st.clustered)
+  if (st.clustered) {
     out.cluster = st.clustered->status;
+    // The cluster's rotation, as the followers got it last.
+    out.rotation.clear();
+    for (auto& m : st.merged_last)
+      out.rotation.push_back(m.name);
+    out.generation = st.merged_generation;
+  }
   return out;
 }
 

@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -96,10 +95,6 @@ struct fleet_state {
   cluster_actor cluster;       // null without engine.cluster
   fence_board_ptr fences;      // every host's fence, shared with the links
   cluster_snapshot clustered;  // the cluster's last view
-  // This node's rotation as it was when the node stopped being a member:
-  // followers keep getting it (the proxies run on; the store that would
-  // say otherwise cannot be reached) until it is a member again.
-  std::optional<std::vector<rotation_member>> frozen;
   uint64_t merged_generation = 0;          // of the rotation followers get
   std::vector<rotation_member> merged_last; // what they got last
   bool stopping = false;
@@ -216,12 +211,17 @@ void start_cluster(fleet_pointer self);
 /// The cluster's view changed: hosts that are not this node's any more are
 /// dropped at once (their actors end, their VMs stay: the new owner adopts
 /// them), hosts it won start (created or adopted by mark), and the
-/// followers get the other nodes' rotation.
+/// followers get the other nodes' rotation. A node that is fenced keeps its
+/// hosts (their fences refuse every call).
 void take_cluster_view(fleet_pointer self, cluster_snapshot v);
 
+/// The cluster actor ended while the engine runs (a bug: it throws nowhere
+/// on purpose): its fences expire on their own; every host is dropped and a
+/// new one starts, with a new lease.
+void cluster_ended(fleet_pointer self, const caf::error& reason);
+
 /// What the rotation's followers get: this node's rotation, and in a
-/// cluster every other node's share added (this node's as it was frozen
-/// while it is not a member).
+/// cluster every other node's share added.
 rotation_snapshot followed_rotation(fleet_state& st);
 
 /// Ends a host's link, proxies and images at once, without a drain or a

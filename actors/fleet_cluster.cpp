@@ -61,15 +61,11 @@ void take_cluster_view(fleet_pointer self, cluster_snapshot v) {
   auto& st = self->state;
   if (st.stopping || !v)
     return;
-  if (!v->member && !st.frozen)
-    st.frozen = st.view.rotation().snapshot(st.cfg.node)->members;
-  if (v->member)
-    st.frozen.reset();
   auto drop = hosts_to_drop(st, *v);
   st.clustered = std::move(v);
   for (auto& h : drop)
-    drop_host(self, h, st.clustered->member ? "the host is not this node's any more"
-                                            : "this node is not a member of the cluster now");
+    drop_host(self, h, "the host is not this node's any more (given up, taken, or the lease "
+                       "is gone)");
   std::set<std::string> before;
   for (auto& h : st.cfg.hosts)
     before.insert(h.name);
@@ -80,9 +76,22 @@ void take_cluster_view(fleet_pointer self, cluster_snapshot v) {
                                                 + std::to_string(h.fencing_token) + ")");
       st.gc_owed.insert(h.name); // collected once its link is up, as after a restart
     }
-  converge_to(self, std::move(next));
+  if (!drop.empty() || next.hosts.size() != before.size())
+    converge_to(self, std::move(next));
+  auto snap = followed_rotation(st);
   for (auto& f : st.followers)
-    self->send(f, followed_rotation(st));
+    self->send(f, snap);
+}
+
+void cluster_ended(fleet_pointer self, const caf::error& reason) {
+  auto& st = self->state;
+  if (st.stopping)
+    return;
+  log::error(to_string(actor_kind::fleet), "the cluster actor ended (" + caf::to_string(reason)
+                                             + "): its hosts are dropped and it starts again");
+  auto none = std::make_shared<cluster_view>();
+  take_cluster_view(self, none);
+  start_cluster(self);
 }
 
 rotation_snapshot followed_rotation(fleet_state& st) {
@@ -94,13 +103,22 @@ rotation_snapshot followed_rotation(fleet_state& st) {
     for (auto& [node, members] : st.clustered->others)
       for (auto& m : members)
         merged[m.name] = m;
-  for (auto& m : st.frozen ? *st.frozen : own->members)
+  for (auto& m : own->members)
     merged[m.name] = m; // this node's word on its own proxies wins
   std::vector<rotation_member> members;
   members.reserve(merged.size());
   for (auto& [_, m] : merged)
     members.push_back(std::move(m));
-  if (members != st.merged_last) {
+  // A new generation for a join, a leave or a move, never for a latency
+  // alone (rotation_view's promise).
+  auto same_but_latency = [](const std::vector<rotation_member>& a,
+                             const std::vector<rotation_member>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](auto x, auto y) {
+      x.probe_ms = y.probe_ms = 0;
+      return x == y;
+    });
+  };
+  if (!same_but_latency(members, st.merged_last)) {
     ++st.merged_generation;
     st.merged_last = members;
   }

@@ -265,6 +265,11 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
         default:
           break;
       }
+      if (!st.running && st.opts.fence && !st.opts.fence->open()) {
+        st.opts.fence->refused();
+        return make_error(ec::fenced, st.name + ": no fill while this node may not change "
+                                                "the host");
+      }
       auto rp = self->make_response_promise<image_ready>();
       st.waiters.push_back(rp);
       st.status.waiters = static_cast<uint32_t>(st.waiters.size());
@@ -298,6 +303,8 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
         return;
       publish_progress(self);
       push(self);
+      if (!st.abandoned && st.opts.fence && !st.opts.fence->open())
+        abandon(self, ec::fenced, "transfer abandoned: this node may not change the host now");
       if (!st.abandoned && clock::now() - st.started_at > st.opts.transfer_budget)
         abandon(self, ec::budget_exceeded,
                 "transfer budget of "

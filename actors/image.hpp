@@ -24,6 +24,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/parts/call_ledger.hpp"
+#include "actors/parts/host_fence.hpp"
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/images/fill.hpp"
@@ -44,6 +45,10 @@ struct image_options {
   /// Builds the transports of each fill's dedicated connections; empty =
   /// transport_for(host), the same kind of path as the host's pooled link.
   transport_factory make_transport;
+  /// In a cluster, the host's fence (actors/parts/host_fence.hpp): no fill
+  /// starts while it is closed, and one running is abandoned at the next
+  /// tick after it closed. Null: no cluster.
+  host_fence_ptr fence;
   status_sink_actor sink; // receives image_status on every change (optional)
 };
 

@@ -329,9 +329,12 @@ caf::result<std::vector<actor_row>> list(node_pointer self, std::string kind) {
   };
   auto t = st.timeout;
   bool only_nodes = actor_kind_from(kind) == actor_kind::node;
-  if (!only_nodes) {
+  // `ls nodes` in a cluster: this node's view of the store (every node's
+  // lease and hosts) comes with the nodes it is connected to.
+  auto asked = only_nodes ? std::string{to_string(actor_kind::cluster)} : kind;
+  {
     ++l->open;
-    self->request(st.inspector, t, atom::ls_v, kind)
+    self->request(st.inspector, t, atom::ls_v, asked)
       .then([l, done](std::vector<actor_row>& xs) { l->take(0, xs), done(); },
             [l, done, t](caf::error& err) { l->nodes[0].liveness = unanswered(err, t), done(); });
   }

@@ -1,5 +1,9 @@
 #include "actors/parts/cluster_keys.hpp"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "messages/names.hpp"
@@ -31,8 +35,14 @@ std::optional<cluster_key> cluster_keys::parse(const std::string& key) const {
   return std::nullopt;
 }
 
+// Invalid UTF-8 (an address a guest agent reported, say) is replaced, not
+// thrown: nlohmann's dump() throws on it by default.
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string encode_avoid(const std::vector<std::string>& hosts) {
-  return nlohmann::json{{"avoid", hosts}}.dump();
+  return dump(nlohmann::json{{"avoid", hosts}});
 }
 
 namespace {
@@ -55,6 +65,22 @@ bool strings(const nlohmann::json& j, std::vector<std::string>& out) {
   return true;
 }
 
+bool ip_address(const std::string& text) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, text.c_str(), buf) == 1 || inet_pton(AF_INET6, text.c_str(), buf) == 1;
+}
+
+// Another node's member reaches this node's HAProxy through the gateway:
+// a name and tags the config would accept and a literal address, or none.
+bool acceptable(const rotation_member& m) {
+  if (check_name("member", m.name) || (!m.host.empty() && check_name("member host", m.host)))
+    return false;
+  if (m.port == 0 || m.port > 65'535 || !ip_address(m.address))
+    return false;
+  return std::all_of(m.tags.begin(), m.tags.end(),
+                     [](const std::string& t) { return !check_tag("member tag", t); });
+}
+
 std::optional<rotation_member> decode_member(const nlohmann::json& x) {
   if (!x.is_object() || !x.contains("name") || !x["name"].is_string()
       || !x.contains("port") || !x["port"].is_number_unsigned())
@@ -71,6 +97,8 @@ std::optional<rotation_member> decode_member(const nlohmann::json& x) {
     *field = x[key].get<std::string>();
   }
   if (x.contains("tags") && !strings(x["tags"], m.tags))
+    return std::nullopt;
+  if (!acceptable(m))
     return std::nullopt;
   return m;
 }
@@ -94,7 +122,7 @@ std::string encode_members(const std::vector<rotation_member>& members) {
                    {"port", m.port},
                    {"tags", m.tags},
                    {"joined_at", m.joined_at}});
-  return out.dump();
+  return dump(out);
 }
 
 std::optional<std::vector<rotation_member>> decode_members(const std::string& value) {

@@ -8,7 +8,10 @@
 //   rotation/<node>  [{name,host,address,port,tags,joined_at}]  on the node's lease
 //
 // Values are JSON written by this engine, but read back as untrusted: a
-// value that does not parse is taken as empty (and counted), never thrown.
+// value that does not parse, or a member whose name, tags or address the
+// config would not accept, is taken as empty, never thrown; a member that
+// reaches this node's HAProxy through the gateway is checked like a
+// declared proxy.
 
 #include <optional>
 #include <string>
@@ -48,7 +51,8 @@ std::optional<std::vector<std::string>> decode_avoid(const std::string& value);
 
 std::string encode_members(const std::vector<rotation_member>& members);
 /// nullopt when `value` is not what encode_members writes (at most 100,000
-/// members: what a node may hold).
+/// members: what a node may hold), or when a member's name, host or tags are
+/// not valid names or its address is not an IP address.
 std::optional<std::vector<rotation_member>> decode_members(const std::string& value);
 
 } // namespace egress

@@ -44,6 +44,8 @@ void ownership::set_lease(int64_t lease) {
   for (auto& [_, e] : hosts_) {
     e.won_at.reset();
     e.claiming = false;
+    e.release_due = e.release_sent = false;
+    e.link_down_since.reset();
   }
 }
 
@@ -62,10 +64,14 @@ void ownership::reset(const std::map<std::string, owner_key>& hosts,
 void ownership::host_owned(const std::string& host, owner_key k, time_point now) {
   auto& e = hosts_[host];
   bool ours = lease_ != 0 && k.lease == lease_;
-  if (ours && !(e.owner && e.owner->lease == lease_))
+  if (ours && !(e.owner && e.owner->lease == lease_)) {
     e.won_at = now;
-  if (!ours)
+    e.link_down_since.reset(); // a down-time before the claim is not this claim's
+  }
+  if (!ours) {
     e.won_at.reset();
+    e.release_due = e.release_sent = false;
+  }
   e.owner = std::move(k);
   e.free_since.reset();
   e.claiming = false;
@@ -76,6 +82,8 @@ void ownership::host_freed(const std::string& host, time_point now) {
   e.owner.reset();
   e.won_at.reset();
   e.free_since = now;
+  e.release_due = e.release_sent = false;
+  e.link_down_since.reset();
 }
 
 void ownership::node_put(const std::string& node, std::vector<std::string> avoid,
@@ -103,10 +111,20 @@ void ownership::claiming(const std::string& host, bool on) {
   hosts_[host].claiming = on;
 }
 
+void ownership::releasing(const std::string& host, bool on) {
+  hosts_[host].release_sent = on;
+}
+
 bool ownership::mine(const std::string& host) const {
   auto i = hosts_.find(host);
   return lease_ != 0 && i != hosts_.end() && i->second.owner
          && i->second.owner->lease == lease_;
+}
+
+std::optional<int64_t> ownership::token_of(const std::string& host) const {
+  if (!mine(host))
+    return std::nullopt;
+  return hosts_.at(host).owner->token;
 }
 
 // The live nodes by their score for `host`, best first; nodes that avoid
@@ -142,19 +160,23 @@ std::string ownership::wanted(const std::string& host) const {
   return r.empty() ? std::string{} : r.front();
 }
 
-bool ownership::wants_release(const std::string& host, const host_entry& e,
-                              time_point now) const {
+// A link down counts from when the host became usable: a link cannot
+// come up before the guard lets the fleet dial it.
+std::optional<ownership::release_reason>
+ownership::wants_release(const std::string& host, const host_entry& e, time_point now) const {
   if (!e.configured)
-    return true;
-  if (cfg_.unreachable_release.count() > 0 && e.link_down_since
-      && now - *e.link_down_since >= cfg_.unreachable_release)
-    return true;
+    return release_reason::unconfigured;
+  if (cfg_.unreachable_release.count() > 0 && e.link_down_since && e.won_at
+      && now - std::max(*e.link_down_since, usable_at(e)) >= cfg_.unreachable_release)
+    return release_reason::unreachable;
   auto w = wanted(host);
   if (w.empty() || w == cfg_.me)
-    return false;
+    return std::nullopt;
   auto n = nodes_.find(w);
-  return n != nodes_.end() && e.won_at && n->second.since > *e.won_at
-         && now - n->second.since >= cfg_.lease_ttl;
+  if (n != nodes_.end() && e.won_at && n->second.since > *e.won_at
+      && now - n->second.since >= cfg_.lease_ttl)
+    return release_reason::handover;
+  return std::nullopt;
 }
 
 ownership::step ownership::decide(time_point now) {
@@ -165,13 +187,19 @@ ownership::step ownership::decide(time_point now) {
     if (e.avoid_until && now >= *e.avoid_until)
       e.avoid_until.reset();
     if (mine(host)) {
-      if (!wants_release(host, e, now))
+      if (e.release_due) {
+        if (!e.release_sent)
+          out.releases.push_back({host, e.owner->mod_revision, release_reason::handover});
         continue;
-      bool unreachable = e.configured && e.link_down_since;
-      if (unreachable)
+      }
+      auto why = wants_release(host, e, now);
+      if (!why)
+        continue;
+      if (*why == release_reason::unreachable)
         e.avoid_until = now + cfg_.avoid_for;
       e.link_down_since.reset();
-      out.release.emplace_back(host, e.owner->mod_revision);
+      e.release_due = true;
+      out.releases.push_back({host, e.owner->mod_revision, *why});
       continue;
     }
     if (e.owner || e.claiming || !e.configured || !e.free_since)
@@ -198,7 +226,7 @@ ownership::time_point ownership::usable_at(const host_entry& e) const {
 std::map<std::string, int64_t> ownership::usable(time_point now) const {
   std::map<std::string, int64_t> out;
   for (auto& [host, e] : hosts_)
-    if (e.configured && mine(host) && e.won_at && now >= usable_at(e))
+    if (e.configured && mine(host) && e.won_at && !e.release_due && now >= usable_at(e))
       out.emplace(host, e.owner->token);
   return out;
 }
@@ -256,21 +284,6 @@ std::vector<cluster_member> ownership::nodes() const {
   for (auto& [_, m] : by_name)
     out.push_back(std::move(m));
   return out;
-}
-
-std::optional<ownership::time_point> ownership::next_due(time_point now) const {
-  std::optional<time_point> due;
-  auto earliest = [&](time_point t) {
-    if (t > now && (!due || t < *due))
-      due = t;
-  };
-  for (auto& [host, e] : hosts_) {
-    if (mine(host) && e.won_at)
-      earliest(usable_at(e));
-    if (!e.owner && e.free_since)
-      earliest(*e.free_since + cfg_.lease_ttl);
-  }
-  return due;
 }
 
 } // namespace egress

@@ -60,11 +60,21 @@ public:
     std::chrono::milliseconds avoid_for{600'000};
   };
 
-  /// What to do now: claims to try, releases to make (host, the mod
-  /// revision to compare).
+  /// Why a host this node owns is given up.
+  enum class release_reason { unconfigured, unreachable, handover };
+
+  struct release {
+    std::string host;
+    int64_t mod_revision = 0; // compared by the delete: a newer claim is never deleted
+    release_reason why{};
+  };
+
+  /// What to do now: claims to try, releases to make. A release stays due
+  /// (and the host out of usable()) until the store shows the key gone or
+  /// another owner's: one whose request failed is made again.
   struct step {
     std::vector<std::string> claim;
-    std::vector<std::pair<std::string, int64_t>> release;
+    std::vector<release> releases;
   };
 
   explicit ownership(settings s);
@@ -101,6 +111,8 @@ public:
   void link_changed(const std::string& host, bool up, time_point now);
   /// A claim was sent (not repeated until it answers).
   void claiming(const std::string& host, bool on);
+  /// A release was sent (not repeated until it answers).
+  void releasing(const std::string& host, bool on);
 
   /// What to do now.
   step decide(time_point now);
@@ -112,6 +124,9 @@ public:
   /// Whether `host` is this node's by the store (guard or not).
   bool mine(const std::string& host) const;
 
+  /// The token of this node's claim on `host`, if it has one.
+  std::optional<int64_t> token_of(const std::string& host) const;
+
   /// The hosts this node avoids now (published in its node key).
   std::vector<std::string> avoiding(time_point now) const;
 
@@ -121,10 +136,6 @@ public:
   /// Every configured host as ls hosts shows it; every live node.
   std::vector<host_owner> hosts(time_point now) const;
   std::vector<cluster_member> nodes() const;
-
-  /// The earliest time a guard ends or a rank's wait is over (for the
-  /// actor's timer); nullopt when nothing waits.
-  std::optional<time_point> next_due(time_point now) const;
 
 private:
   struct host_entry {
@@ -136,6 +147,8 @@ private:
     std::optional<time_point> link_down_since;
     std::optional<time_point> avoid_until;
     bool claiming = false;
+    bool release_due = false;  // given up, the store's delete not seen yet
+    bool release_sent = false; // its request in flight
   };
   struct node_entry {
     std::set<std::string> avoid;
@@ -144,7 +157,8 @@ private:
   };
 
   std::vector<std::string> ranking(const std::string& host) const;
-  bool wants_release(const std::string& host, const host_entry& e, time_point now) const;
+  std::optional<release_reason> wants_release(const std::string& host, const host_entry& e,
+                                              time_point now) const;
   time_point usable_at(const host_entry& e) const;
 
   settings cfg_;

@@ -56,6 +56,18 @@ ssh::session_options session_of(const host_config& h) {
   return o;
 }
 
+namespace {
+
+// In a cluster (a host claimed under a token), a pump that stood still
+// longer than this does not send what it held: the call was made under a
+// lease that may have expired while the process was stopped. Outside a
+// cluster nothing changes.
+std::chrono::milliseconds stall_limit_of(const host_config& h) {
+  return h.fencing_token > 0 ? std::chrono::milliseconds{2000} : std::chrono::milliseconds{0};
+}
+
+} // namespace
+
 ssh_transport_options ssh_options_of(const host_config& h) {
   ssh_transport_options o;
   o.session = session_of(h);
@@ -66,6 +78,7 @@ ssh_transport_options ssh_options_of(const host_config& h) {
   o.bridge_dir = h.bridge_dir;
   o.ssh_keepalive_interval = as<std::chrono::seconds>(h.ssh_keepalive);
   o.ssh_watchdog = as<std::chrono::milliseconds>(h.ssh_watchdog);
+  o.stall_limit = stall_limit_of(h);
   return o;
 }
 
@@ -76,6 +89,7 @@ local_socket_options local_socket_options_of(const host_config& h) {
   o.libvirt_uri = h.uri;
   o.bridge_dir = h.bridge_dir;
   o.connections = plan_calls(h).connections;
+  o.stall_limit = stall_limit_of(h);
   return o;
 }
 

@@ -422,11 +422,16 @@ size_t on_write(char* p, size_t size, size_t n, void* user) {
   return len;
 }
 
-/// The request's headers: JSON, our token if any, and no "Expect:
-/// 100-continue" (a round trip for nothing on a body over 1 KiB).
+/// The request's headers: JSON, our token if any, no "Expect:
+/// 100-continue" (a round trip for nothing on a body over 1 KiB), and
+/// etcd's require-leader metadata (the gateway passes Grpc-Metadata-*
+/// headers on as gRPC metadata): a member cut off from its leader fails a
+/// request at once, and cancels a watch it had confirmed, instead of
+/// leaving it silent while the others move on.
 slist_ptr request_headers(const std::string& token) {
   curl_slist* l = curl_slist_append(nullptr, "Content-Type: application/json");
   l = curl_slist_append(l, "Expect:");
+  l = curl_slist_append(l, "Grpc-Metadata-hasleader: true");
   if (!token.empty())
     l = curl_slist_append(l, ("Authorization: " + token).c_str());
   return slist_ptr{l};

@@ -211,8 +211,9 @@ namespace {
 // will not wake.
 class pump_loop {
 public:
-  pump_loop(bridge_socket& bridge, far_source& far, kill_switch& ks)
-    : bridge_(bridge), far_(far), kill_(ks) {
+  pump_loop(bridge_socket& bridge, far_source& far, kill_switch& ks,
+            std::chrono::milliseconds stall_limit)
+    : bridge_(bridge), far_(far), kill_(ks), stall_limit_(stall_limit) {
   }
 
   /// Runs until the pump must end; returns why.
@@ -226,6 +227,7 @@ public:
       if (kill_.fired())
         return "killed";
       progress_ = false;
+      turn_started_ = std::chrono::steady_clock::now();
       // Each step returns false once reason_ is set. Far ends are opened
       // after the reads, which may have taken a channel's confirmation off
       // the socket into libssh2's queue.
@@ -325,7 +327,22 @@ private:
     return true;
   }
 
+  // What a client wrote before the process stood still is not sent after.
+  bool stood_still(std::chrono::steady_clock::time_point since, std::chrono::milliseconds slack) {
+    if (stall_limit_.count() <= 0)
+      return false;
+    auto gap = std::chrono::steady_clock::now() - since;
+    if (gap <= stall_limit_ + slack)
+      return false;
+    stop("the pump stood still for "
+         + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(gap).count())
+         + " ms (the process was stopped or starved): what it held is not sent");
+    return true;
+  }
+
   bool up_to_far(lane& l) {
+    if (!l.up.empty() && stood_still(turn_started_, std::chrono::milliseconds{0}))
+      return false;
     while (l.far && !l.up.empty()) {
       auto n = l.far->write(l.up.data(), l.up.size());
       if (n == far_end::would_block)
@@ -475,13 +492,24 @@ private:
     auto timeout = lanes_.front().far->next_tick_ms();
     if (auto settle = settle_timeout(); settle >= 0)
       timeout = timeout < 0 ? settle : std::min(timeout, settle);
+    if (stall_limit_.count() > 0)
+      timeout = timeout < 0 ? stall_poll_ms : std::min(timeout, stall_poll_ms);
+    auto polled = std::chrono::steady_clock::now();
     if (::poll(polls_.data(), polls_.size(), timeout) < 0 && errno != EINTR)
       stop(errno_text("poll"));
+    else
+      stood_still(polled, std::chrono::milliseconds{std::max(timeout, 0)});
   }
+
+  // With a stall limit the poll wakes at least this often, so a stop
+  // shows as an overshoot of its timeout.
+  static constexpr int stall_poll_ms = 250;
 
   bridge_socket& bridge_;
   far_source& far_;
   kill_switch& kill_;
+  std::chrono::milliseconds stall_limit_;
+  std::chrono::steady_clock::time_point turn_started_ = std::chrono::steady_clock::now();
   std::vector<lane> lanes_;
   std::vector<pollfd> polls_;
   bool progress_ = false;
@@ -493,8 +521,8 @@ private:
 } // namespace
 
 caf::error run_pump(bridge_socket& bridge, far_source& far, kill_switch& ks, ec code,
-                    const std::string& who) {
-  auto reason = pump_loop{bridge, far, ks}.run();
+                    const std::string& who, std::chrono::milliseconds stall_limit) {
+  auto reason = pump_loop{bridge, far, ks, stall_limit}.run();
   if (ks.fired())
     reason = "killed";
   // Whatever ended the pump ends the whole path now: the client (libvirt)

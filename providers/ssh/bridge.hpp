@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -87,8 +88,16 @@ private:
 /// "<who>: ssh watchdog: ...", a lane's refusal, or the read/write error.
 /// Never returns an empty error. Buffers up to 1 MiB per direction on lane
 /// 0 (uploads use it) and 256 KiB on the others, taken as they fill.
+///
+/// `stall_limit` (0: off): a pump that finds it stood still longer than
+/// this (its process stopped, SIGSTOP, or starved), between reading a
+/// client's bytes and sending them or past its poll's timeout, ends
+/// instead of sending what it holds: in a cluster those bytes were a call
+/// made under a lease that may be gone now (docs/architecture.md, "Node
+/// failover"). Its poll then wakes at least every 250 ms.
 caf::error run_pump(bridge_socket& bridge, far_source& far, kill_switch& ks, ec code,
-                    const std::string& who);
+                    const std::string& who,
+                    std::chrono::milliseconds stall_limit = std::chrono::milliseconds{0});
 
 /// Turns a libvirt URI without transport or host ("qemu:///system",
 /// "test:///default") into the one that reaches it through a bridge socket:

@@ -121,7 +121,8 @@ caf::error ssh_transport::pump() {
     session_, *channel_, opts_.remote_socket, opts_.remote_command,
     opts_.ssh_keepalive_interval, opts_.ssh_watchdog,
     opts_.session.host.empty() ? opts_.session.address : opts_.session.host);
-  return ssh::run_pump(*bridge_, *lanes_, kill_, ec::ssh_failed, session_.who());
+  return ssh::run_pump(*bridge_, *lanes_, kill_, ec::ssh_failed, session_.who(),
+                       opts_.stall_limit);
 }
 
 transport_factory over_ssh(ssh_transport_options opts) {
@@ -206,7 +207,8 @@ caf::error local_socket_transport::pump() {
   if (pump_started_.exchange(true))
     return invalid("local socket: pump() called twice on one transport");
   lanes_ = std::make_unique<ssh::socket_source>(daemon_fd_, opts_.socket_path, kill_);
-  return ssh::run_pump(*bridge_, *lanes_, kill_, ec::connection_broken, who());
+  return ssh::run_pump(*bridge_, *lanes_, kill_, ec::connection_broken, who(),
+                       opts_.stall_limit);
 }
 
 transport_factory over_local_socket(local_socket_options opts) {

@@ -53,6 +53,9 @@ struct ssh_transport_options {
   /// End the pump if the server sends nothing for this long; 0 = off. Needs
   /// a keepalive interval shorter than itself, or an idle link would trip it.
   std::chrono::milliseconds ssh_watchdog{0};
+  /// End the pump rather than send what it held across a stop of the
+  /// process longer than this (run_pump, bridge.hpp); 0 = off.
+  std::chrono::milliseconds stall_limit{0};
 };
 
 /// invalid_argument (or auth_failed for a non-ed25519 key) for options that
@@ -114,6 +117,8 @@ struct local_socket_options {
   /// libvirt connections the transport carries, each through its own lane
   /// of the bridge: a socket to the daemon.
   size_t connections = 0;
+  /// As ssh_transport_options::stall_limit.
+  std::chrono::milliseconds stall_limit{0};
 };
 
 caf::error validate(const local_socket_options& opts);

@@ -22,6 +22,7 @@
 #include "providers/mirror/sha256.hpp"
 #include "testbed/caf_run_process.hpp"
 #include "testbed/engine_fixture.hpp"
+#include "testbed/etcd.hpp"
 #include "testbed/http_server.hpp"
 #include "testbed/testbed.hpp"
 
@@ -193,10 +194,36 @@ BOOST_AUTO_TEST_CASE(spec_24_every_request_is_answered_or_closed) {
                 .starts_with("HTTP/1.1 431"));
 }
 
+namespace {
+
+// Every family of a scrape with the labels its samples carry.
+std::map<std::string, std::set<std::string>> scrape_families(int port) {
+  std::map<std::string, std::set<std::string>> out;
+  auto [code, body] = http_get(port, "/metrics");
+  if (code != 200)
+    return out;
+  static const std::regex sample(R"(^([a-z_]+)(\{([^}]*)\})? )");
+  static const std::regex label(R"(([a-z_]+)=")");
+  std::istringstream in{body};
+  for (std::string line; std::getline(in, line);) {
+    std::smatch sm;
+    if (line.starts_with("#") || !std::regex_search(line, sm, sample))
+      continue;
+    auto& labels = out[sm[1].str()];
+    auto text = sm[3].str();
+    for (std::sregex_iterator i{text.begin(), text.end(), label}, e; i != e; ++i)
+      labels.insert((*i)[1].str());
+  }
+  return out;
+}
+
+} // namespace
+
 // dist/grafana/egress-engine.json asks only for families and labels a
 // running engine exports: scraped from caf-run on the test driver with an
 // image declared (served by a local mirror) and a link death recorded, so
-// every family the dashboard draws has samples.
+// every family the dashboard draws has samples; and from a node of a
+// cluster over a private etcd, for the cluster's families.
 BOOST_AUTO_TEST_CASE(the_grafana_dashboard_asks_only_for_what_the_engine_exports) {
   std::string image(1 << 20, 'x');
   test::http_server server{image};
@@ -224,26 +251,29 @@ BOOST_AUTO_TEST_CASE(the_grafana_dashboard_asks_only_for_what_the_engine_exports
   BOOST_REQUIRE(d.shell({"-c", "kill-link local"}).ok());
   std::map<std::string, std::set<std::string>> exported; // family -> labels
   BOOST_REQUIRE_MESSAGE(test::eventually([&] {
-    auto [code, body] = http_get(d.metrics_port(), "/metrics");
-    if (code != 200)
-      return false;
-    exported.clear();
-    static const std::regex sample(R"(^([a-z_]+)(\{([^}]*)\})? )");
-    static const std::regex label(R"(([a-z_]+)=")");
-    std::istringstream in{body};
-    for (std::string line; std::getline(in, line);) {
-      std::smatch sm;
-      if (line.starts_with("#") || !std::regex_search(line, sm, sample))
-        continue;
-      auto& labels = exported[sm[1].str()];
-      auto text = sm[3].str();
-      for (std::sregex_iterator i{text.begin(), text.end(), label}, e; i != e; ++i)
-        labels.insert((*i)[1].str());
-    }
+    exported = scrape_families(d.metrics_port());
     return exported.contains("egress_link_deaths_total")
            && exported.contains("egress_image_state")
            && exported.contains("egress_drain_members");
   }, 20s), d.log());
+  // The cluster's families come from a node of a cluster (a private etcd).
+  test::etcd_server etcd;
+  etcd.start();
+  daemon_run c{daemon_run::text{
+    "[engine]\nentry = \"dash-c\"\nnode = \"c1\"\nprobe = { mode = \"off\" }\n"
+    "inspect = { port = 0 }\nmetrics = { port = 0 }\n"
+    "cluster = { etcd = [\"" + etcd.endpoint() + "\"], lease-ttl = 3s, request-timeout = 1s }\n"
+    "hosts = [ { name = \"local\", test-node = \"" + std::string{EGRESS_SOURCE_DIR}
+    + "/config/testnode.xml\", call-budget = 1s } ]\n"
+    "proxies = [ { name = \"px-1\", host = \"local\" } ]\n"}};
+  BOOST_REQUIRE_MESSAGE(c.wait_listening(), c.log());
+  BOOST_REQUIRE(test::eventually([&] { return c.metrics_port() != 0; }, 10s));
+  BOOST_REQUIRE_MESSAGE(test::eventually([&] {
+    auto [code, body] = http_get(c.metrics_port(), "/metrics");
+    return body.find("egress_cluster_hosts_owned 1") != std::string::npos;
+  }, 20s), c.log());
+  for (auto& [family, labels] : scrape_families(c.metrics_port()))
+    exported[family].insert(labels.begin(), labels.end());
   std::ifstream file{std::string{EGRESS_SOURCE_DIR} + "/dist/grafana/egress-engine.json"};
   auto dash = nlohmann::json::parse(file);
   static const std::regex family(R"(egress_[a-z_]+)");

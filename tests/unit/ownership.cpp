@@ -34,6 +34,7 @@ struct cluster_model {
   std::vector<std::string> hosts;
   int64_t revision = 100;
   int64_t leases = 0;
+  int failing_releases = 0; // the store refuses this many release requests
   clock_type::time_point now = t0;
 
   explicit cluster_model(size_t n_hosts) {
@@ -93,9 +94,14 @@ struct cluster_model {
       if (!n.alive || !n.deciding)
         continue;
       auto s = n.book.decide(now);
-      for (auto& [h, mod] : s.release)
-        if (keys.contains(h) && keys[h].mod_revision == mod)
-          free_key(h);
+      for (auto& r : s.releases) {
+        if (failing_releases > 0) {
+          --failing_releases; // the request failed: the book sends it again
+          continue;
+        }
+        if (keys.contains(r.host) && keys[r.host].mod_revision == r.mod_revision)
+          free_key(r.host);
+      }
       for (auto& h : s.claim) {
         if (keys.contains(h))
           continue; // the transaction's compare fails
@@ -242,6 +248,38 @@ BOOST_AUTO_TEST_CASE(spec_40_a_host_whose_link_stays_down_is_given_up_and_avoide
   BOOST_CHECK_EQUAL(c.keys.at(host).node, other);
   c.run(30s);
   BOOST_CHECK_EQUAL(c.keys.at(host).node, other); // not pulled back
+}
+
+// A release whose request failed would leave the key on the node's lease
+// while its book calls the host free: nobody would claim it.
+BOOST_AUTO_TEST_CASE(spec_40_a_release_that_fails_is_made_again) {
+  cluster_model c{20};
+  c.join("a");
+  c.run(10s);
+  c.join("b");
+  c.failing_releases = 3;
+  c.run(30s);
+  BOOST_CHECK_EQUAL(c.failing_releases, 0);
+  BOOST_CHECK_GT(c.owned_counts()["b"], 0);
+  for (auto& [h, k] : c.keys)
+    BOOST_CHECK_EQUAL(k.node, c.nodes.at("b").book.wanted(h));
+  // Never usable while its release is due.
+  c.check_usable_disjoint();
+}
+
+// A link that was down before the host was won, or before the node was
+// fenced, is not held against the new claim.
+BOOST_AUTO_TEST_CASE(spec_40_a_down_time_before_the_claim_does_not_give_the_host_up) {
+  cluster_model c{2};
+  c.join("a");
+  auto& a = c.nodes.at("a").book;
+  a.link_changed("hv1", false, c.now - 30s); // down before anything is claimed
+  c.run(2s);
+  BOOST_REQUIRE(a.mine("hv1"));
+  a.link_changed("hv1", false, c.now + 1s);
+  c.run(50s); // the guard (5 s) + 45 s down: under unreachable-release (60 s)
+  BOOST_CHECK(a.mine("hv1"));
+  BOOST_CHECK(a.avoiding(c.now).empty());
 }
 
 BOOST_AUTO_TEST_CASE(spec_37_a_node_without_a_lease_claims_nothing_and_changes_nothing) {
