@@ -7,7 +7,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build appliance run run-default test unit soak deb bench clean
+.PHONY: all deps build appliance run run-default cluster-run test unit soak deb bench clean
 
 all: build
 
@@ -33,6 +33,11 @@ run: build appliance
 
 run-default: build
 	$(BUILD)/caf-run --config-file=config/default.ini
+
+# Three nodes and an etcd sharing three hosts; a node killed and taken over
+# (root; docs/architecture.md, "Node failover").
+cluster-run: build
+	$(BUILD)/cluster-run
 
 test: build appliance
 	cd $(BUILD) && ctest --output-on-failure $(CTEST_ARGS)
