@@ -1,5 +1,6 @@
 #include "testbed/cluster_bed.hpp"
 
+#include <regex>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -192,6 +193,19 @@ void cluster_bed::heal_from_etcd(size_t i) {
     return;
   testbed::run({"/bin/sh", "-c", "iptables -w -D OUTPUT " + r->second});
   rules_.erase(r);
+}
+
+std::string cluster_bed::shell(size_t i, std::vector<std::string> args) const {
+  static const std::regex listening("inspector listening: caf-shell ([0-9.]+:[0-9]+)");
+  std::smatch m;
+  auto text = nodes[i]->log();
+  if (!std::regex_search(text, m, listening))
+    return {};
+  std::vector<std::string> argv{EGRESS_CAF_SHELL, m[1].str(),
+                                "--identity=" + nodes[i]->dir.path() + "/identity"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = testbed::run(argv, std::chrono::seconds(20));
+  return r.output;
 }
 
 size_t cluster_bed::index_of(const std::string& node) const {

@@ -92,6 +92,9 @@ public:
   void cut_from_etcd(size_t i);
   void heal_from_etcd(size_t i);
   size_t index_of(const std::string& node) const;
+  /// caf-shell against node i's inspector with `args` (its output; "" when
+  /// the node has not said where it listens).
+  std::string shell(size_t i, std::vector<std::string> args) const;
   size_t proxies() const { return hosts.size() * 2; }
   int etcd_port() const;
 

@@ -70,6 +70,22 @@ BOOST_AUTO_TEST_CASE(spec_38_a_killed_node_s_hosts_are_owned_again_and_its_proxi
       BOOST_CHECK_EQUAL(m.token, token);
     }
   }
+  // What an operator sees: each host's owner and token, every node's lease.
+  auto hosts_listing = shell(0, {"-c", "ls hosts"});
+  for (auto& [h, x] : before)
+    BOOST_CHECK_MESSAGE(hosts_listing.find("owner " + x.first + " token " + std::to_string(x.second))
+                          != std::string::npos || x.first != nodes[0]->name,
+                        hosts_listing);
+  auto cluster_listing = shell(0, {"-c", "show cluster " + nodes[0]->name});
+  for (auto& [h, x] : before)
+    BOOST_CHECK_MESSAGE(cluster_listing.find("host " + h + ": owner " + x.first + " token "
+                                             + std::to_string(x.second))
+                          != std::string::npos,
+                        cluster_listing);
+  BOOST_CHECK_MESSAGE(cluster_listing.find("lease confirmed") != std::string::npos,
+                      cluster_listing);
+  auto nodes_listing = shell(0, {"-c", "ls nodes"});
+  BOOST_CHECK_MESSAGE(nodes_listing.find("member") != std::string::npos, nodes_listing);
   auto victim = before.at("hv1").first;
   auto v = index_of(victim);
   std::vector<size_t> survivors;
