@@ -82,7 +82,7 @@ std::shared_ptr<cluster_view> build_view(cluster_pointer self, clock::time_point
     if (auto r = st.others.find(n.name); r != st.others.end())
       n.rotation = static_cast<uint32_t>(r->second.size());
     if (n.name == st.opts.node)
-      n.rotation = static_cast<uint32_t>(st.own.size());
+      n.rotation = static_cast<uint32_t>(st.own_rotation.size());
   }
   s.hosts = st.book.hosts(now);
   for (auto& h : s.hosts)
@@ -121,8 +121,7 @@ void transition(cluster_pointer self, cluster_phase next, std::string reason) {
 void grant(cluster_pointer self);
 
 // The store answered a keepalive sent at `sent`.
-void on_keepalive(cluster_pointer self, clock::time_point sent,
-                  caf::expected<std::any> r) {
+void on_keepalive(cluster_pointer self, clock::time_point sent, caf::expected<int64_t> r) {
   auto& st = self->state;
   st.lease_busy = false;
   if (st.phase == cluster_phase::stopping)
@@ -132,8 +131,7 @@ void on_keepalive(cluster_pointer self, clock::time_point sent,
     log::warn(st.name, "keepalive failed: " + render(r.error()));
     return;
   }
-  auto left = std::any_cast<int64_t>(*r);
-  if (left <= 0) {
+  if (*r <= 0) {
     transition(self, cluster_phase::joining, "the lease expired in the store");
     grant(self);
     return;
@@ -155,15 +153,12 @@ void keepalive(cluster_pointer self) {
   st.lease_busy = true;
   auto sent = clock::now();
   auto id = st.lease;
-  on_lease_worker(self, "keepalive", [store = st.store, id]() -> caf::expected<std::any> {
-    auto r = store->keepalive(id);
-    if (!r)
-      return r.error();
-    return std::any{*r};
-  }, [self, sent](caf::expected<std::any> r) { on_keepalive(self, sent, std::move(r)); });
+  ask_store(self, store_lane::lease, "keepalive",
+            [store = st.store, id] { return store->keepalive(id); },
+            [self, sent](caf::expected<int64_t> r) { on_keepalive(self, sent, std::move(r)); });
 }
 
-void on_granted(cluster_pointer self, clock::time_point sent, caf::expected<std::any> r) {
+void on_granted(cluster_pointer self, clock::time_point sent, caf::expected<etcd::lease> r) {
   auto& st = self->state;
   st.lease_busy = false;
   if (st.phase == cluster_phase::stopping)
@@ -175,7 +170,7 @@ void on_granted(cluster_pointer self, clock::time_point sent, caf::expected<std:
     push_view(self, true);
     return; // the next tick grants again
   }
-  st.lease = std::any_cast<etcd::lease>(*r).id;
+  st.lease = r->id;
   st.confirmed = sent;
   st.book.set_lease(st.lease);
   st.avoid_published.clear();
@@ -195,12 +190,9 @@ void grant(cluster_pointer self) {
   // Whole seconds, rounded up: the store never expires the lease before
   // the configured TTL the fences count with.
   auto seconds = std::chrono::ceil<std::chrono::seconds>(st.opts.cfg.lease_ttl);
-  on_lease_worker(self, "grant", [store = st.store, seconds]() -> caf::expected<std::any> {
-    auto r = store->grant(seconds);
-    if (!r)
-      return r.error();
-    return std::any{*r};
-  }, [self, sent](caf::expected<std::any> r) { on_granted(self, sent, std::move(r)); });
+  ask_store(self, store_lane::lease, "grant",
+            [store = st.store, seconds] { return store->grant(seconds); },
+            [self, sent](caf::expected<etcd::lease> r) { on_granted(self, sent, std::move(r)); });
 }
 
 // Every third of the TTL: a keepalive (or a grant while joining), and the
@@ -263,11 +255,13 @@ caf::result<bool> shut_down(cluster_pointer self) {
     self->quit();
     return rp;
   }
-  on_lease_worker(self, "revoke", [store = st.store, id]() -> caf::expected<std::any> {
-    if (auto err = store->revoke(id))
-      return err;
-    return std::any{true};
-  }, [self, rp](caf::expected<std::any> r) mutable {
+  ask_store(self, store_lane::lease, "revoke",
+            [store = st.store, id]() -> caf::expected<bool> {
+              if (auto err = store->revoke(id))
+                return err;
+              return true;
+            },
+            [self, rp](caf::expected<bool> r) mutable {
     if (!r)
       log::warn(self->state.name, "revoke failed (the lease expires on its own): "
                                     + render(r.error()));
@@ -289,7 +283,7 @@ etcd::client_options client_options_of(const cluster_config& c) {
   return o;
 }
 
-void start_cluster(cluster_pointer self, cluster_options opts) {
+void begin_cluster(cluster_pointer self, cluster_options opts) {
   auto& st = self->state;
   st.name = actor_name(actor_kind::cluster, opts.node);
   st.keys = cluster_keys{opts.cfg.prefix, opts.entry};
@@ -331,7 +325,7 @@ void push_view(cluster_pointer self, bool always) {
   auto& st = self->state;
   auto now = clock::now();
   auto v = build_view(self, now);
-  for (auto& [host, _] : st.told)
+  for (auto& [host, _] : st.running)
     if (!v->hosts.contains(host)) {
       st.opts.fences->of(host)->close();
       ++st.counters.hosts_lost;
@@ -342,11 +336,11 @@ void push_view(cluster_pointer self, bool always) {
       st.opts.fences->of(host)->open_until(deadline(st));
     else
       st.opts.fences->of(host)->close();
-    if (!st.told.contains(host))
+    if (!st.running.contains(host))
       log::info(st.name, host + ": this node's (token " + std::to_string(token) + ")");
   }
-  bool changed = v->hosts != st.told;
-  st.told = v->hosts;
+  bool changed = v->hosts != st.running;
+  st.running = v->hosts;
   if (changed || always)
     self->send(st.opts.fleet, cluster_snapshot{std::move(v)});
 }
@@ -366,10 +360,10 @@ std::map<std::string, std::chrono::milliseconds> guards_of(const engine_config& 
 }
 
 cluster_actor::behavior_type make_cluster(cluster_pointer self, cluster_options opts) {
-  start_cluster(self, std::move(opts));
+  begin_cluster(self, std::move(opts));
   return {
     [self](rotation_snapshot& r) {
-      self->state.own = r->members;
+      self->state.own_rotation = r->members;
       publish_rotation(self);
     },
     [self](link_status& s) {
@@ -388,7 +382,7 @@ cluster_actor::behavior_type make_cluster(cluster_pointer self, cluster_options 
     [self](atom::claim, atom::poll) { claim_tick(self); },
     [self](atom::watch, atom::poll) { read_and_watch(self); },
     [self](atom::watch, uint64_t no, int64_t revision, std::vector<store_change>& changes) {
-      take_changes(self, no, revision, changes);
+      take_watch_batch(self, no, revision, changes);
     },
   };
 }

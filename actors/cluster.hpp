@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <caf/typed_event_based_actor.hpp>
@@ -70,9 +71,9 @@ struct cluster_state {
     = std::make_shared<std::shared_ptr<std::atomic<bool>>>();
   bool reading = false; // a range (before a watch) in flight
   int64_t revision = 0;
-  std::map<std::string, int64_t> told; // the usable hosts the fleet was last told
+  std::map<std::string, int64_t> running; // the hosts the fleet was last told to run
   std::map<std::string, std::vector<rotation_member>> others;
-  std::vector<rotation_member> own;
+  std::vector<rotation_member> own_rotation; // this node's, from the fleet
   std::string own_published;   // the value last put under rotation/<node>
   bool own_putting = false;
   std::string avoid_published; // the value last put under nodes/<node>
@@ -93,22 +94,44 @@ std::map<std::string, std::chrono::milliseconds> guards_of(const engine_config& 
 
 // -- the store's side (actors/cluster_store.cpp) ----------------------------------
 
-/// Runs `fn` on one of the cluster's workers (the lease's, or the store's)
-/// under the request timeout of every endpoint; `done` gets its value or the
-/// error.
-void on_lease_worker(cluster_pointer self, std::string what,
-                     std::function<caf::expected<std::any>()> fn,
-                     std::function<void(caf::expected<std::any>)> done);
-void on_store_worker(cluster_pointer self, std::string what,
-                     std::function<caf::expected<std::any>()> fn,
-                     std::function<void(caf::expected<std::any>)> done);
+/// Which of the cluster's two workers runs a request: the lease's own (a
+/// keepalive never waits behind a claim) or the store's.
+enum class store_lane { lease, store };
+
+/// Runs `fn` on that worker under the request timeout of every endpoint;
+/// `done` gets its value or the error.
+void on_worker(cluster_pointer self, store_lane lane, std::string what,
+               std::function<caf::expected<std::any>()> fn,
+               std::function<void(caf::expected<std::any>)> done);
+
+/// The same, typed: `fn` returns caf::expected<T>, `done` takes it (the
+/// std::any a worker carries stays in here).
+template <class Fn, class Done>
+void ask_store(cluster_pointer self, store_lane lane, std::string what, Fn fn, Done done) {
+  using value = typename std::invoke_result_t<Fn>::value_type;
+  on_worker(
+    self, lane, std::move(what),
+    [fn = std::move(fn)]() -> caf::expected<std::any> {
+      auto r = fn();
+      if (!r)
+        return std::move(r.error());
+      return std::any{std::move(*r)};
+    },
+    [done = std::move(done)](caf::expected<std::any> r) mutable {
+      if (!r)
+        return done(caf::expected<value>{std::move(r.error())});
+      if (auto* v = std::any_cast<value>(&*r))
+        return done(caf::expected<value>{std::move(*v)});
+      done(caf::expected<value>{caf::make_error(caf::sec::unexpected_response)});
+    });
+}
 
 /// Reads every key of the entry, resets the book from it and starts a
 /// watch from the revision after it.
 void read_and_watch(cluster_pointer self);
 
 /// Takes one batch of the watch.
-void take_changes(cluster_pointer self, uint64_t watch_no, int64_t revision,
+void take_watch_batch(cluster_pointer self, uint64_t watch_no, int64_t revision,
                   std::vector<store_change>& changes);
 
 /// Claims and releases what the book says, now.

@@ -19,14 +19,19 @@ caf::timespan request_bound(const cluster_state& st) {
   return st.opts.cfg.request_timeout * n + std::chrono::seconds(1);
 }
 
-void on_worker(cluster_pointer self, call_worker_actor& worker, std::string what,
+} // namespace
+
+void on_worker(cluster_pointer self, store_lane lane, std::string what,
                std::function<caf::expected<std::any>()> fn,
                std::function<void(caf::expected<std::any>)> done) {
+  auto& worker = lane == store_lane::lease ? self->state.lease_worker : self->state.store_worker;
   self->request(worker, request_bound(self->state), atom::run_v,
                 blocking_work{std::move(what), std::move(fn)})
     .then([done](call_result& r) { done(std::move(r.value)); },
           [done](caf::error& err) { done(std::move(err)); });
 }
+
+namespace {
 
 owner_key owner_of(const store_change& c) {
   return owner_key{c.value, c.lease, c.create_revision, c.mod_revision};
@@ -106,7 +111,7 @@ void start_watch(cluster_pointer self, int64_t from) {
           });
 }
 
-void on_range(cluster_pointer self, caf::expected<std::any> r) {
+void on_range(cluster_pointer self, caf::expected<etcd::range_result> r) {
   auto& st = self->state;
   st.reading = false;
   if (st.phase == cluster_phase::stopping)
@@ -117,7 +122,7 @@ void on_range(cluster_pointer self, caf::expected<std::any> r) {
     self->delayed_send(self, std::chrono::seconds(1), atom::watch_v, atom::poll_v);
     return;
   }
-  auto& range = std::any_cast<etcd::range_result&>(*r);
+  auto& range = *r;
   auto now = clock::now();
   std::map<std::string, owner_key> hosts;
   std::map<std::string, ownership::node_key> nodes;
@@ -141,7 +146,7 @@ void on_range(cluster_pointer self, caf::expected<std::any> r) {
 }
 
 void on_claimed(cluster_pointer self, const std::string& host, int64_t lease,
-                caf::expected<std::any> r) {
+                caf::expected<etcd::claim_result> r) {
   auto& st = self->state;
   st.book.claiming(host, false);
   if (lease != st.lease)
@@ -151,7 +156,7 @@ void on_claimed(cluster_pointer self, const std::string& host, int64_t lease,
     log::warn(st.name, "claim of " + host + " failed: " + render(r.error()));
     return;
   }
-  auto& c = std::any_cast<etcd::claim_result&>(*r);
+  auto& c = *r;
   auto now = clock::now();
   if (c.won) {
     ++st.counters.claims_won;
@@ -166,17 +171,13 @@ void claim(cluster_pointer self, const std::string& host) {
   auto& st = self->state;
   st.book.claiming(host, true);
   auto key = st.keys.host(host);
-  on_store_worker(self, "claim " + host,
-                  [store = st.store, key, node = st.opts.node,
-                   lease = st.lease]() -> caf::expected<std::any> {
-                    auto r = store->claim(key, node, lease);
-                    if (!r)
-                      return r.error();
-                    return std::any{std::move(*r)};
-                  },
-                  [self, host, lease = st.lease](caf::expected<std::any> r) {
-                    on_claimed(self, host, lease, std::move(r));
-                  });
+  ask_store(self, store_lane::store, "claim " + host,
+            [store = st.store, key, node = st.opts.node, lease = st.lease] {
+              return store->claim(key, node, lease);
+            },
+            [self, host, lease = st.lease](caf::expected<etcd::claim_result> r) {
+              on_claimed(self, host, lease, std::move(r));
+            });
 }
 
 const char* to_string(ownership::release_reason why) {
@@ -200,14 +201,9 @@ void release(cluster_pointer self, const ownership::release& r) {
   push_view(self);
   log::info(st.name, r.host + ": given up (" + to_string(r.why) + ")");
   auto key = st.keys.host(r.host);
-  on_store_worker(self, "release " + r.host,
-                  [store = st.store, key, mod = r.mod_revision]() -> caf::expected<std::any> {
-                    auto x = store->release(key, mod);
-                    if (!x)
-                      return x.error();
-                    return std::any{*x};
-                  },
-                  [self, host = r.host](caf::expected<std::any> x) {
+  ask_store(self, store_lane::store, "release " + r.host,
+            [store = st.store, key, mod = r.mod_revision] { return store->release(key, mod); },
+            [self, host = r.host](caf::expected<bool> x) {
                     self->state.book.releasing(host, false);
                     if (!x) {
                       ++self->state.counters.store_errors;
@@ -220,15 +216,11 @@ void release(cluster_pointer self, const ownership::release& r) {
 void put(cluster_pointer self, std::string what, std::string key, std::string value,
          std::function<void(bool)> done) {
   auto& st = self->state;
-  on_store_worker(self, std::move(what),
-                  [store = st.store, key = std::move(key), value = std::move(value),
-                   lease = st.lease]() -> caf::expected<std::any> {
-                    auto r = store->put(key, value, lease);
-                    if (!r)
-                      return r.error();
-                    return std::any{*r};
-                  },
-                  [self, done](caf::expected<std::any> r) {
+  ask_store(self, store_lane::store, std::move(what),
+            [store = st.store, key = std::move(key), value = std::move(value), lease = st.lease] {
+              return store->put(key, value, lease);
+            },
+            [self, done](caf::expected<int64_t> r) {
                     if (!r) {
                       ++self->state.counters.store_errors;
                       log::warn(self->state.name, "put failed: " + render(r.error()));
@@ -238,18 +230,6 @@ void put(cluster_pointer self, std::string what, std::string key, std::string va
 }
 
 } // namespace
-
-void on_lease_worker(cluster_pointer self, std::string what,
-                     std::function<caf::expected<std::any>()> fn,
-                     std::function<void(caf::expected<std::any>)> done) {
-  on_worker(self, self->state.lease_worker, std::move(what), std::move(fn), std::move(done));
-}
-
-void on_store_worker(cluster_pointer self, std::string what,
-                     std::function<caf::expected<std::any>()> fn,
-                     std::function<void(caf::expected<std::any>)> done) {
-  on_worker(self, self->state.store_worker, std::move(what), std::move(fn), std::move(done));
-}
 
 void stop_watch(cluster_pointer self) {
   auto& st = self->state;
@@ -265,17 +245,12 @@ void read_and_watch(cluster_pointer self) {
     return;
   st.reading = true;
   stop_watch(self);
-  on_store_worker(self, "range " + st.keys.root(),
-                  [store = st.store, prefix = st.keys.root()]() -> caf::expected<std::any> {
-                    auto r = store->range(prefix);
-                    if (!r)
-                      return r.error();
-                    return std::any{std::move(*r)};
-                  },
-                  [self](caf::expected<std::any> r) { on_range(self, std::move(r)); });
+  ask_store(self, store_lane::store, "range " + st.keys.root(),
+            [store = st.store, prefix = st.keys.root()] { return store->range(prefix); },
+            [self](caf::expected<etcd::range_result> r) { on_range(self, std::move(r)); });
 }
 
-void take_changes(cluster_pointer self, uint64_t watch_no, int64_t revision,
+void take_watch_batch(cluster_pointer self, uint64_t watch_no, int64_t revision,
                   std::vector<store_change>& changes) {
   auto& st = self->state;
   if (watch_no != st.watch_no || st.phase == cluster_phase::stopping)
@@ -318,7 +293,7 @@ void publish_rotation(cluster_pointer self) {
   auto& st = self->state;
   if (st.lease == 0 || st.phase != cluster_phase::member || st.own_putting)
     return;
-  auto value = encode_members(st.own);
+  auto value = encode_members(st.own_rotation);
   if (value == st.own_published)
     return;
   st.own_putting = true;

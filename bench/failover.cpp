@@ -71,12 +71,7 @@ failover_figures failover_once(seconds ttl) {
       survivors.push_back(i);
   bed.nodes[v]->proc.signal(SIGKILL);
   auto killed = clock_type::now();
-  bed.until([&] {
-    auto o = bed.owners();
-    if (o.size() != bed.hosts.size())
-      return false;
-    return std::none_of(o.begin(), o.end(), [&](auto& x) { return x.second.first == victim; });
-  }, 120s, 20ms);
+  bed.until([&] { return bed.taken_from(victim); }, 120s, 20ms);
   out.owned_s = seconds_since(killed);
   if (bed.until([&] { return bed.everything_served(survivors); }, 120s, 50ms))
     out.back_s = seconds_since(killed);

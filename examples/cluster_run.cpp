@@ -81,13 +81,8 @@ int main() {
   bed.nodes[v]->proc.stop();
   auto killed = steady_clock::now();
   // Its keys live until etcd expires its lease; then the others claim.
-  bed.until([&] {
-    auto o = bed.owners();
-    for (auto& [_, owner] : o)
-      if (owner.first == victim)
-        return false;
-    return o.size() == bed.hosts.size() && bed.everything_served(others);
-  }, seconds{60});
+  bed.until([&] { return bed.taken_from(victim) && bed.everything_served(others); },
+            seconds{60});
   std::printf("its hosts owned again and its proxies back in the others' rotation %.1f s "
               "later (TTL 5 s + guard 6 s)\n", seconds_since(killed));
   show(bed, "after the take-over");

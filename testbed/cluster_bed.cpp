@@ -1,5 +1,6 @@
 #include "testbed/cluster_bed.hpp"
 
+#include <algorithm>
 #include <regex>
 #include <stdexcept>
 
@@ -173,6 +174,13 @@ bool cluster_bed::everything_served(const std::vector<size_t>& by) const {
     if (rotation_of(i).size() != proxies())
       return false;
   return owners().size() == hosts.size();
+}
+
+bool cluster_bed::taken_from(const std::string& node) const {
+  auto o = owners();
+  if (o.size() != hosts.size())
+    return false;
+  return std::none_of(o.begin(), o.end(), [&](auto& x) { return x.second.first == node; });
 }
 
 std::string cluster_bed::rule_of(size_t i) const {

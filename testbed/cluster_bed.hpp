@@ -87,6 +87,9 @@ public:
   std::string phase_of(size_t i) const;
   /// Every proxy in the rotation of each node of `by`, every host owned.
   bool everything_served(const std::vector<size_t>& by) const;
+  /// Every host owned, none by `node` (its lease expired: the others took
+  /// its hosts).
+  bool taken_from(const std::string& node) const;
   /// Drops node i's packets to etcd (a tagged iptables rule, removed by the
   /// destructor or heal_from_etcd).
   void cut_from_etcd(size_t i);
