@@ -28,6 +28,21 @@ bool checker::excused(const proxy_status& p, clock_type::time_point now) const {
   return i != proxy_until_.end() && now < i->second;
 }
 
+namespace {
+
+bool before(const std::map<std::string, clock_type::time_point>& until, const std::string& key,
+            clock_type::time_point now) {
+  auto i = until.find(key);
+  return i != until.end() && now < i->second;
+}
+
+} // namespace
+
+bool checker::remake_excused(const std::string& host, const std::string& name,
+                             clock_type::time_point now) const {
+  return before(remake_host_until_, host, now) || before(remake_proxy_until_, name, now);
+}
+
 void checker::on_status(const fleet_status& st, double answer_s, clock_type::time_point now,
                         double t_s) {
   if (answer_s > held_bound_s_)

@@ -41,6 +41,19 @@ public:
   void excuse_proxy(const std::string& name, clock_type::time_point until) {
     proxy_until_[name] = until;
   }
+  /// A domain may be made anew (a new uid in its mark) until `until`: the
+  /// nemesis undefined it or changed its spec (a proxy), or its libvirtd
+  /// lost every domain (a host). What the cluster's checker
+  /// (soak/cluster_checker.hpp) asks before it calls a new uid a proxy
+  /// created twice.
+  void excuse_remake_proxy(const std::string& name, clock_type::time_point until) {
+    remake_proxy_until_[name] = until;
+  }
+  void excuse_remake_host(const std::string& host, clock_type::time_point until) {
+    remake_host_until_[host] = until;
+  }
+  bool remake_excused(const std::string& host, const std::string& name,
+                      clock_type::time_point now) const;
   /// While the mirror is broken and for a while after: a proxy waiting for
   /// an image it must fetch again may stay out of the rotation (it may not
   /// leave it).
@@ -73,6 +86,7 @@ private:
 
   double held_bound_s_, orphan_bound_s_, stuck_bound_s_;
   std::map<std::string, clock_type::time_point> host_until_, proxy_until_;
+  std::map<std::string, clock_type::time_point> remake_host_until_, remake_proxy_until_;
   clock_type::time_point all_until_{}, patient_until_{};
   std::map<std::string, clock_type::time_point> failing_since_; // in rotation, requests failing
   std::set<std::string> dead_served_reported_;

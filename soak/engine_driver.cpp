@@ -58,6 +58,7 @@ public:
     return err;
   }
   caf::error kill() override { return stop(); }
+  void pause(bool) override {}
   caf::expected<std::string> reload(const engine_config& cfg) override {
     return eng_->reload(cfg);
   }
@@ -114,7 +115,8 @@ fleet_status from_json(const nlohmann::json& j) {
 
 class process : public engine_driver {
 public:
-  explicit process(std::string dir) : dir_(std::move(dir)) {}
+  process(std::string dir, int metrics_port)
+    : dir_(std::move(dir)), metrics_port_(metrics_port) {}
   ~process() override { stop(); }
 
   void start(const engine_config& cfg) override {
@@ -175,6 +177,8 @@ public:
     proc_.stop();
     return {};
   }
+
+  void pause(bool on) override { proc_.signal(on ? SIGSTOP : SIGCONT); }
 
   // caf-run logs the outcome of each SIGHUP (runtime/caf_run.cpp): read from
   // where the log ended before the signal, so two equal outcomes in a row,
@@ -278,13 +282,18 @@ private:
   }
 
   // The whole config as caf-run reads it (--dump-config's writer), with the
-  // inspector on a free loopback port and no metrics listener.
+  // inspector on a free loopback port and the metrics listener only where
+  // one was asked for.
   void write(engine_config cfg) {
     cfg.inspect.enabled = true;
     cfg.inspect.address = "127.0.0.1";
     cfg.inspect.port = 0;
     cfg.inspect.identity_dir = identity_dir();
-    cfg.metrics.enabled = false;
+    cfg.metrics.enabled = metrics_port_ != 0;
+    if (metrics_port_ != 0) {
+      cfg.metrics.address = "127.0.0.1";
+      cfg.metrics.port = static_cast<uint32_t>(metrics_port_);
+    }
     auto text = dump_config(cfg);
     testbed::write_file(ini() + ".new", text);
     if (std::rename((ini() + ".new").c_str(), ini().c_str()) != 0)
@@ -292,6 +301,7 @@ private:
   }
 
   std::string dir_;
+  int metrics_port_ = 0;
   testbed::process proc_;
   std::string address_;
   int stacks_saved_ = 0;
@@ -303,8 +313,8 @@ std::unique_ptr<engine_driver> make_in_process_driver(caf::actor_system& sys) {
   return std::make_unique<in_process>(sys);
 }
 
-std::unique_ptr<engine_driver> make_process_driver(std::string dir) {
-  return std::make_unique<process>(std::move(dir));
+std::unique_ptr<engine_driver> make_process_driver(std::string dir, int metrics_port) {
+  return std::make_unique<process>(std::move(dir), metrics_port);
 }
 
 } // namespace egress::soak

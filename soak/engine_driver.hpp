@@ -28,6 +28,9 @@ public:
   /// SIGKILL where the engine is a process; a stop otherwise (an engine in
   /// this process cannot die alone).
   virtual caf::error kill() = 0;
+  /// SIGSTOP (on) or SIGCONT where the engine is a process; nothing
+  /// otherwise (an engine in this process cannot stop alone).
+  virtual void pause(bool on) = 0;
   virtual caf::expected<std::string> reload(const engine_config& cfg) = 0;
   virtual caf::expected<fleet_status> status() = 0;
   /// drain-host (on) or undrain-host.
@@ -39,7 +42,9 @@ public:
 };
 
 std::unique_ptr<engine_driver> make_in_process_driver(caf::actor_system& sys);
-/// caf-run's config, log and state go into `dir`.
-std::unique_ptr<engine_driver> make_process_driver(std::string dir);
+/// caf-run's config, log and state go into `dir`. `metrics_port` 0: no
+/// metrics listener; otherwise it listens there on 127.0.0.1 (a node of a
+/// cluster, whose /rotation and /metrics the soak reads).
+std::unique_ptr<engine_driver> make_process_driver(std::string dir, int metrics_port = 0);
 
 } // namespace egress::soak

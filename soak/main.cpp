@@ -3,7 +3,7 @@
 //
 //   soak [--hosts N] [--proxies P] [--members G] [--minutes M] [--seed S]
 //        [--out DIR] [--bed test-driver|vms] [--engine in-process|caf-run]
-//                                                (root; exit 77 otherwise)
+//        [--nodes N]                             (root; exit 77 otherwise)
 //   EGRESS_CAF_RUN, EGRESS_CAF_SHELL: other binaries than the build's (an
 //   installed engine, or copies that a rebuild does not replace mid-run);
 //   EGRESS_APPLIANCE_DIR: the appliance for --bed vms.
@@ -24,6 +24,12 @@
 // schedule drawn from the seed (soak/schedule.hpp); the last 30 s (at least)
 // hold no fault. The run (soak/run.hpp) checks the engine all along and says
 // what a violation is.
+//
+// With --nodes N (2..5; the test driver and caf-run only), N caf-run nodes of
+// one cluster share the hosts through a private etcd (soak/cluster_bed.hpp),
+// the nemesis also kills, stops and cuts nodes from etcd and restarts etcd,
+// and the run of several nodes (soak/cluster_run.hpp) checks the fencing
+// tokens and the take-overs from outside.
 //
 // This file reads the command line, draws the schedule, and sets up the bed
 // and the engine's driver for the run; it tears the bed down on the way out.
@@ -50,6 +56,8 @@
 #include "base/log.hpp"
 #include "runtime/engine.hpp"
 #include "soak/bed.hpp"
+#include "soak/cluster_bed.hpp"
+#include "soak/cluster_run.hpp"
 #include "soak/engine_driver.hpp"
 #include "soak/run.hpp"
 #include "soak/schedule.hpp"
@@ -63,7 +71,8 @@ namespace {
 void print_usage(std::FILE* to, const char* argv0) {
   std::fprintf(to,
                "usage: %s [--hosts N] [--proxies P] [--members G] [--minutes M] [--seed S]"
-               " [--out DIR] [--bed test-driver|vms] [--engine in-process|caf-run]\n",
+               " [--out DIR] [--bed test-driver|vms] [--engine in-process|caf-run]"
+               " [--nodes N]\n",
                argv0);
 }
 
@@ -73,9 +82,25 @@ int usage_error(const char* argv0, const std::string& why) {
   return 2;
 }
 
+// --nodes implies caf-run on the test driver (the nodes are processes; a
+// cluster refuses groups): anything else said with it is a usage error.
+std::optional<int> check_nodes(const char* argv0, run_options& o, bool engine_given) {
+  if (o.nodes == 0)
+    return std::nullopt;
+  if (engine_given && o.engine != "caf-run")
+    return usage_error(argv0, "--nodes runs caf-run nodes: it cannot go with --engine " + o.engine);
+  if (o.bed != "test-driver")
+    return usage_error(argv0, "--nodes needs --bed test-driver, not " + o.bed);
+  if (o.members > 0)
+    return usage_error(argv0, "--nodes cannot go with --members (a cluster refuses groups)");
+  o.engine = "caf-run";
+  return std::nullopt;
+}
+
 // The command line into `o`; an exit code when the soak ends here (--help:
 // 0, a bad option: 2).
 std::optional<int> parse(int argc, char** argv, run_options& o) {
+  bool engine_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -113,6 +138,11 @@ std::optional<int> parse(int argc, char** argv, run_options& o) {
       if (v != "in-process" && v != "caf-run")
         return usage_error(argv[0], "--engine takes in-process or caf-run: " + v);
       o.engine = v;
+      engine_given = true;
+    } else if (a == "--nodes") {
+      o.nodes = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+      if (*end != '\0' || o.nodes < 2 || o.nodes > 5)
+        return usage_error(argv[0], "--nodes takes 2..5: " + v);
     } else if (a == "--bed") {
       if (v != "test-driver" && v != "vms")
         return usage_error(argv[0], "--bed takes test-driver or vms: " + v);
@@ -123,6 +153,8 @@ std::optional<int> parse(int argc, char** argv, run_options& o) {
   }
   if (o.members > 0 && o.bed != "test-driver")
     return usage_error(argv[0], "--members needs --bed test-driver");
+  if (auto done = check_nodes(argv[0], o, engine_given))
+    return done;
   if (!o.seed_given)
     o.seed = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   if (o.out.empty())
@@ -139,11 +171,16 @@ std::vector<fault> draw_schedule(const run_options& o, schedule_options& so) {
   so.quiet_s = std::max(30.0, so.seconds / 10);
   so.images = o.bed == "vms";
   so.groups = o.members > 0;
+  so.nodes = o.nodes;
+  so.lease_ttl_s = static_cast<double>(cluster_lease_ttl.count());
   auto schedule = make_schedule(so);
   std::printf("soak: seed=%llu (replay: --seed %llu), %d hosts, %d proxies, %g minutes, %zu"
               " faults scheduled, output %s\n",
               static_cast<unsigned long long>(o.seed), static_cast<unsigned long long>(o.seed),
               o.hosts, o.proxies, o.minutes, schedule.size(), o.out.c_str());
+  if (o.nodes > 0)
+    std::printf("soak: %d caf-run nodes in one cluster, a private etcd, lease-ttl %g s\n",
+                o.nodes, so.lease_ttl_s);
   for (auto& f : schedule)
     std::printf("soak: scheduled %s\n", describe(f).c_str());
   return schedule;
@@ -180,6 +217,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < o.hosts; ++i)
       hosts.push_back(std::make_unique<soak_host>(
         "hv" + std::to_string(i), vms ? bed_kind::vms : bed_kind::test_driver));
+    if (o.nodes > 0) {
+      soak_cluster cluster{o.nodes, o.out}; // after the hosts: its nodes stop first
+      return run_cluster_soak(o, hosts, cluster, schedule, so.seconds);
+    }
     caf::actor_system_config cfg;
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     egress::configure(cfg);

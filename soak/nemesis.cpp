@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "messages/error.hpp"
@@ -20,6 +22,14 @@ double since(clock_type::time_point t0) {
 }
 
 } // namespace
+
+void run_hooks::inflict_cluster_fault(const fault& f) {
+  throw std::logic_error(std::string{"a run of one engine was given "} + to_string(f.kind));
+}
+
+void run_hooks::heal_cluster_fault(fault_kind kind, int) {
+  throw std::logic_error(std::string{"a run of one engine was given "} + to_string(kind));
+}
 
 nemesis::nemesis(std::vector<std::unique_ptr<soak_host>>& hosts, soak_mirror* mirror,
                  declared_fleet& fleet, checker& check, run_hooks& run)
@@ -41,6 +51,12 @@ void nemesis::inflict(const fault& f) {
   auto excuse = clock_type::now() + grace;
   std::string what = std::string{to_string(f.kind)} + " " + h.name();
   switch (f.kind) {
+    case fault_kind::kill_node:
+    case fault_kind::stop_node:
+    case fault_kind::restart_etcd:
+    case fault_kind::cut_node_from_etcd:
+      run_.inflict_cluster_fault(f);
+      return;
     case fault_kind::drain_host:
       // Nothing excused: a drain must keep every member in the rotation.
       run_.cordon(h.name(), true);
@@ -55,6 +71,8 @@ void nemesis::inflict(const fault& f) {
       // it, alone: its proxies have no excuse to leave the rotation.
       if (f.kind != fault_kind::kill_sshd)
         check_.excuse_host(h.name(), far);
+      if (f.kind == fault_kind::kill_libvirtd) // the test driver forgets its domains
+        check_.excuse_remake_host(h.name(), far);
       h.apply(f.kind == fault_kind::partition || f.kind == fault_kind::lose_host
                 ? host_fault::partitioned
               : f.kind == fault_kind::stop_libvirtd ? host_fault::libvirtd_stopped
@@ -70,6 +88,8 @@ void nemesis::inflict(const fault& f) {
         return;
       }
       check_.excuse_proxy(*name, excuse);
+      if (f.kind == fault_kind::undefine_domain)
+        check_.excuse_remake_proxy(*name, excuse);
       auto err = h.destroy(*name, f.kind == fault_kind::undefine_domain);
       run_.note(what + " " + *name + (err ? " (" + render(err) + ")" : ""));
       return;
@@ -112,15 +132,17 @@ void nemesis::reload(const fault& f, soak_host& h) {
     return;
   }
   fleet_ = std::move(next);
-  if (!changed.empty())
+  if (!changed.empty()) { // a changed spec replaces the VM
     check_.excuse_proxy(changed, clock_type::now() + grace);
+    check_.excuse_remake_proxy(changed, clock_type::now() + grace);
+  }
 }
 
 void nemesis::restart_engine(const fault& f) {
   // Half of them, drawn from the pick, SIGKILL a caf-run engine.
   bool hard = f.pick % 2 == 1;
   auto t = clock_type::now();
-  run_.restart_engine(hard);
+  run_.restart_engine(hard, f.node);
   check_.restart(clock_type::now() + grace);
   char buf[96];
   std::snprintf(buf, sizeof buf, " (%s + start %.2f s)", hard ? "kill" : "stop", since(t));
@@ -148,6 +170,8 @@ void nemesis::lose_image(soak_host& h, uint64_t pick) {
   if (auto name = fleet_.pick_on(h.name(), pick / 7)) {
     check_.excuse_proxy(*name, clock_type::now() + grace);
     bool undefine = (pick / 7) % 2 == 1;
+    if (undefine)
+      check_.excuse_remake_proxy(*name, clock_type::now() + grace);
     auto err = h.destroy(*name, undefine);
     what += std::string{undefine ? ", undefined " : ", destroyed "} + *name
             + (err ? " (" + render(err) + ")" : "");
@@ -155,8 +179,12 @@ void nemesis::lose_image(soak_host& h, uint64_t pick) {
   run_.note(what);
 }
 
-void nemesis::heal(fault_kind kind, int host_index) {
-  auto& h = host(host_index);
+void nemesis::heal(fault_kind kind, int index) {
+  if (holds_node(kind) || kind == fault_kind::restart_etcd) {
+    run_.heal_cluster_fault(kind, index);
+    return;
+  }
+  auto& h = host(index);
   if (kind == fault_kind::break_mirror) {
     heal_mirror();
     return;
@@ -172,6 +200,8 @@ void nemesis::heal(fault_kind kind, int host_index) {
   }
   h.heal();
   check_.excuse_host(h.name(), clock_type::now() + grace);
+  if (kind == fault_kind::kill_libvirtd)
+    check_.excuse_remake_host(h.name(), clock_type::now() + grace);
   run_.note("heal " + h.name());
 }
 
@@ -201,6 +231,49 @@ void nemesis::be_patient(const std::string& cause, clock_type::time_point until)
   for (auto& [c, t] : patience_)
     patient_until_ = std::max(patient_until_, t);
   check_.be_patient(patient_until_);
+}
+
+// Behind the schedule (an action that took long, an engine restart that
+// waited on its bound), the faults due are played in their order, each one's
+// heals first: the schedule's one fault per host (and per node) holds only
+// then.
+void play(nemesis& n, const std::vector<fault>& schedule, clock_type::time_point t0,
+          clock_type::duration period, const std::function<void(bool hosts_due)>& between) {
+  struct holding_fault {
+    double until_s;
+    fault_kind kind;
+    int index; // its node for a cluster's fault, its host otherwise
+  };
+  std::vector<holding_fault> holding;
+  size_t next = 0;
+  double next_hosts = 0;
+  // Heals every fault held until `t` or before.
+  auto heal_until = [&](double t) {
+    for (auto it = holding.begin(); it != holding.end();) {
+      if (it->until_s > t) {
+        ++it;
+        continue;
+      }
+      n.heal(it->kind, it->index);
+      it = holding.erase(it);
+    }
+  };
+  while (next < schedule.size() || !holding.empty()) {
+    double t = since(t0);
+    heal_until(t);
+    while (next < schedule.size() && schedule[next].at_s <= t) {
+      auto& f = schedule[next++];
+      heal_until(f.at_s);
+      n.inflict(f);
+      bool on_node = holds_node(f.kind) || f.kind == fault_kind::restart_etcd;
+      if (held(f.kind))
+        holding.push_back({f.at_s + f.hold_s, f.kind, on_node ? f.node : f.host});
+    }
+    between(t >= next_hosts);
+    if (t >= next_hosts)
+      next_hosts = t + 1;
+    std::this_thread::sleep_for(period);
+  }
 }
 
 } // namespace egress::soak

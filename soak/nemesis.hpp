@@ -12,7 +12,9 @@
 // destroyed or undefined, the mirror stalling, cutting, corrupting or
 // answering 500 for a while, and a pool's filesystem (a 256 MiB tmpfs)
 // filled by a file not ours, with a cached image lost there too so that the
-// engine must write into it.
+// engine must write into it; in a cluster of nodes also a node killed,
+// stopped or cut from etcd, and etcd restarted (the run does those: they are
+// its bed's, soak/cluster_bed.hpp).
 //
 // It acts on the bed (soak/bed.hpp) itself; the engine is the run's, so a
 // reload and a restart go through the run (run_hooks below), which owns the
@@ -20,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,11 +48,15 @@ public:
   /// The engine reloads the config declaring `fleet`; its answer.
   virtual caf::expected<std::string> reload(const declared_fleet& fleet) = 0;
   /// The engine stopped (`hard`: SIGKILLed, where it is a process) and
-  /// started again. A failed stop or kill is a violation; a start that
-  /// fails throws, and ends the run.
-  virtual void restart_engine(bool hard) = 0;
+  /// started again; in a cluster, node `node` of it. A failed stop or kill
+  /// is a violation; a start that fails throws, and ends the run.
+  virtual void restart_engine(bool hard, int node) = 0;
   /// drain-host (on) or undrain-host; a refusal is a violation.
   virtual void cordon(const std::string& host, bool on) = 0;
+  /// A cluster's fault (holds_node(f.kind), restart_etcd) inflicted, and
+  /// healed on `node` (f.node). Only a run of several nodes draws them.
+  virtual void inflict_cluster_fault(const fault& f);
+  virtual void heal_cluster_fault(fault_kind kind, int node);
 };
 
 class nemesis {
@@ -63,9 +70,10 @@ public:
   /// (held(f.kind)) lasts until heal().
   void inflict(const fault& f);
   /// Ends a held fault: the host's daemons back, the mirror fixed, the pool
-  /// freed. Its excuse outlives the heal by a grace (30 s), the checker's
-  /// patience by the retries' backoff.
-  void heal(fault_kind kind, int host_index);
+  /// freed, the node or etcd back. Its excuse outlives the heal by a grace
+  /// (30 s), the checker's patience by the retries' backoff. `index`: the
+  /// fault's node for a cluster's fault (f.node), its host otherwise.
+  void heal(fault_kind kind, int index);
 
   /// Until when the checker is patient (a broken mirror, a full pool);
   /// the epoch if it never was.
@@ -95,5 +103,12 @@ private:
   std::map<std::string, clock_type::time_point> lost_at_; // host -> its last lose_image
   std::map<std::string, size_t> counts_;
 };
+
+/// Plays `schedule` from `t0` on one thread: each fault inflicted at its
+/// offset and healed at its end, `between(hosts_due)` called every `period`
+/// in between (`hosts_due` once a second: when the hosts are read too).
+/// Returns once the last fault is healed.
+void play(nemesis& n, const std::vector<fault>& schedule, clock_type::time_point t0,
+          clock_type::duration period, const std::function<void(bool hosts_due)>& between);
 
 } // namespace egress::soak

@@ -118,7 +118,7 @@ public:
                             + " refused: " + render(d.error()));
   }
 
-  void restart_engine(bool hard) override {
+  void restart_engine(bool hard, int /*node: one engine*/) override {
     if (!hard)
       stop_engine();
     else if (auto err = eng_->kill())
@@ -206,45 +206,10 @@ int soak_run::play_and_check(const std::vector<fault>& schedule, double nemesis_
 // The nemesis starts and heals faults on their schedule while the checker
 // runs every tick in between.
 void soak_run::play(const std::vector<fault>& schedule) {
-  struct holding_fault {
-    double until_s;
-    fault_kind kind;
-    int host;
-  };
-  std::vector<holding_fault> holding;
-  size_t next = 0;
-  double next_hosts = 0;
-  // Heals every fault held until `t` or before.
-  auto heal_until = [&](double t) {
-    for (auto it = holding.begin(); it != holding.end();) {
-      if (it->until_s > t) {
-        ++it;
-        continue;
-      }
-      nemesis_.heal(it->kind, it->host);
-      it = holding.erase(it);
-    }
-  };
-  while (next < schedule.size() || !holding.empty()) {
-    double t = since(nemesis_t0_);
-    heal_until(t);
-    while (next < schedule.size() && schedule[next].at_s <= t) {
-      auto& f = schedule[next++];
-      // Behind the schedule (an action that took long, an engine restart
-      // that waited on its bound), the faults due are played in their
-      // order, each one's heals first: the schedule's one-fault-per-host
-      // holds only then.
-      heal_until(f.at_s);
-      nemesis_.inflict(f);
-      if (held(f.kind))
-        holding.push_back({f.at_s + f.hold_s, f.kind, f.host});
-    }
-    tick(t >= next_hosts);
-    if (t >= next_hosts)
-      next_hosts = t + 1;
+  soak::play(nemesis_, schedule, nemesis_t0_, 250ms, [this](bool hosts_due) {
+    tick(hosts_due);
     row_if_due();
-    std::this_thread::sleep_for(250ms);
-  }
+  });
 }
 
 void soak_run::start_engine() {
@@ -538,6 +503,11 @@ void stop_on_interrupt() {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM})
     ::sigaction(sig, &sa, nullptr);
+}
+
+void throw_if_interrupted() {
+  if (interrupted != 0)
+    throw interruption{static_cast<int>(interrupted)};
 }
 
 int run_soak(const run_options& o, std::vector<std::unique_ptr<soak_host>>& hosts,

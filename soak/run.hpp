@@ -59,6 +59,7 @@ struct run_options {
   std::string out;
   std::string bed = "test-driver";
   std::string engine = "in-process";
+  int nodes = 0; // --nodes: that many caf-run nodes in one cluster (soak/cluster_run.hpp)
 };
 
 /// Thrown at the run's next check after SIGINT or SIGTERM, so that the
@@ -72,6 +73,9 @@ struct interruption : std::runtime_error {
 /// Installs the handlers for SIGINT and SIGTERM; a second one ends a
 /// teardown that hangs.
 void stop_on_interrupt();
+
+/// Throws interruption if SIGINT or SIGTERM came since stop_on_interrupt().
+void throw_if_interrupted();
 
 /// Runs `schedule` (its faults within `nemesis_s` seconds of the first
 /// convergence) against the engine `eng` on `hosts` (and the VM bed's

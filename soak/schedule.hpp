@@ -26,14 +26,22 @@ enum class fault_kind : uint8_t {
   // Only with a proxy group (schedule_options::groups):
   drain_host,       // caf-shell drain-host: its members handed over elsewhere; undrain-host at the end
   lose_host,        // a partition past host-grace: its members placed again elsewhere; heal
+  // Only with several nodes (schedule_options::nodes), each a caf-run in one
+  // cluster:
+  kill_node,          // SIGKILL a node; started again at the end
+  stop_node,          // SIGSTOP a node for 2-3 lease TTLs; SIGCONT at the end
+  restart_etcd,       // etcd stopped by its PID; started again (same data dir) at the end
+  cut_node_from_etcd, // an iptables rule drops a node's packets to etcd; removed at the end
 };
 
 const char* to_string(fault_kind k);
 
 /// Whether the fault takes a host out (one at a time per host).
 bool holds_host(fault_kind k);
+/// Whether the fault takes a node out (one at a time per node).
+bool holds_node(fault_kind k);
 /// Whether the fault holds until a heal (the host faults, the mirror, a
-/// full pool).
+/// full pool, the node faults, etcd).
 bool held(fault_kind k);
 
 struct fault {
@@ -42,6 +50,7 @@ struct fault {
   fault_kind kind{};
   int host = 0;          // index, for the host faults and the domain faults
   uint64_t pick = 0;     // draws the proxy (domain faults) or the change (reload)
+  int node = -1;         // index, for the node faults and a restart in a cluster; -1: none
 };
 
 struct schedule_options {
@@ -59,12 +68,23 @@ struct schedule_options {
   /// lose_host holds `lose_min_s` to `lose_max_s`, past host-grace.
   bool groups = false;
   double lose_min_s = 15, lose_max_s = 25;
+  /// With 2 or more: draws kill_node, stop_node, restart_etcd and
+  /// cut_node_from_etcd too, and a restart_engine restarts one node (the
+  /// nodes of one cluster). 0: one engine, and the draws are those without.
+  int nodes = 0;
+  /// A stop_node holds 2 to 3 lease TTLs (the node finds its deadline past
+  /// when it runs again); a cut_node_from_etcd `cut_min_s` to `cut_max_s`.
+  double lease_ttl_s = 3;
+  double cut_min_s = 5, cut_max_s = 10;
 };
 
 /// The faults, sorted by start. At most hosts - 1 hosts are held at once (a
 /// healthy host is always left to check that its proxies are untouched), a
 /// host holds one host fault at a time, the mirror one break at a time and a
-/// pool one fill at a time (a full pool does not take its host out).
+/// pool one fill at a time (a full pool does not take its host out). Likewise
+/// at most nodes - 1 nodes are held at once (one node is always left to take
+/// the others' hosts over), a node holds one node fault at a time and is not
+/// restarted while it holds one, and etcd is restarted once at a time.
 std::vector<fault> make_schedule(const schedule_options& o);
 
 /// "12.5s partition hv1 for 4.0s": one line per fault, for the log.

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "soak/checker.hpp"
+#include "soak/cluster_checker.hpp"
 
 using namespace egress;
 using namespace egress::soak;
@@ -142,4 +143,201 @@ BOOST_AUTO_TEST_CASE(a_proxy_kept_in_the_rotation_while_requests_through_it_fail
   c.on_probe("a", true, false, t0 + 80s, 81);
   BOOST_REQUIRE_EQUAL(c.violations().size(), 1u); // once
   BOOST_TEST(c.violations()[0].what.find("a stayed in the rotation") != std::string::npos);
+}
+
+// -- the cluster's checker ---------------------------------------------------------
+
+namespace {
+
+domain_reading marked(const std::string& name, const std::string& uid, int64_t token,
+                      const std::string& owner = "n1") {
+  auto d = domain(name);
+  d.has_mark = true;
+  d.mark.uid = uid;
+  d.mark.token = token;
+  d.mark.owner = owner;
+  return d;
+}
+
+owner_map owned(std::initializer_list<std::pair<const std::string, owner_key>> keys) {
+  return owner_map(keys);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_fencing_token_that_goes_back_is_a_violation) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0, 1);
+  cc.on_owners(owned({{"hv0", {"n2", 20}}}), t0 + 1s, 2);
+  BOOST_TEST(c.violations().empty());
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0 + 2s, 3); // an older claim again
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 1u);
+  BOOST_TEST(c.violations()[0].what.find("fencing token of hv0 went back from 20 to 10")
+             != std::string::npos);
+  // A mark: stamped 20 by n2, then 10 by n1 (whose claim was superseded).
+  cc.on_marks("hv0", {marked("a", "u1", 20, "n2")}, {"a"}, t0, 4);
+  cc.on_marks("hv0", {marked("a", "u1", 20, "n2")}, {"a"}, t0 + 1s, 5);
+  BOOST_TEST(c.violations().size() == 1u);
+  cc.on_marks("hv0", {marked("a", "u1", 10, "n1")}, {"a"}, t0 + 2s, 6);
+  cc.on_marks("hv0", {marked("a", "u1", 10, "n1")}, {"a"}, t0 + 3s, 7); // said once
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 2u);
+  BOOST_TEST(c.violations()[1].what.find("mark of a on hv0 went back from token 20 (n2) to 10"
+                                         " (n1)")
+             != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_domain_made_anew_while_its_owner_kept_the_host_is_a_violation) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0, 1);
+  cc.on_marks("hv0", {marked("a", "u1", 10), marked("b", "u2", 10)}, {"a", "b"}, t0, 1);
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0 + 1s, 2);
+  cc.on_marks("hv0", {marked("a", "u9", 10), marked("b", "u2", 10)}, {"a", "b"}, t0 + 1s, 2);
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 1u);
+  BOOST_TEST(c.violations()[0].what.find("a on hv0 was made anew (uid u1 -> u9")
+             != std::string::npos);
+  // Across a new claim a new uid is the new owner's business.
+  cc.on_owners(owned({}), t0 + 2s, 3);
+  cc.on_owners(owned({{"hv0", {"n2", 20}}}), t0 + 3s, 4);
+  cc.on_marks("hv0", {marked("a", "u9", 20, "n2"), marked("b", "u3", 20, "n2")}, {"a", "b"},
+              t0 + 2s, 4);
+  BOOST_TEST(c.violations().size() == 1u);
+  // Made anew where the nemesis made it go: undefined, its libvirtd killed.
+  c.excuse_remake_proxy("b", t0 + 10s);
+  cc.on_marks("hv0", {marked("a", "u9", 20, "n2"), marked("b", "u4", 20, "n2")}, {"a", "b"},
+              t0 + 3s, 5);
+  c.excuse_remake_host("hv0", t0 + 20s);
+  cc.on_marks("hv0", {marked("a", "u5", 20, "n2"), marked("b", "u6", 20, "n2")}, {"a", "b"},
+              t0 + 11s, 12);
+  BOOST_TEST(c.violations().size() == 1u);
+  cc.on_marks("hv0", {marked("a", "u7", 20, "n2"), marked("b", "u6", 20, "n2")}, {"a", "b"},
+              t0 + 21s, 22); // the excuse is over
+  BOOST_TEST(c.violations().size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_domain_made_with_a_superseded_token_past_the_guard_is_a_violation) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0, 1);
+  cc.on_marks("hv0", {marked("a", "u1", 10)}, {"a", "b", "c"}, t0, 1);
+  cc.on_owners(owned({{"hv0", {"n2", 20}}}), t0 + 1s, 2); // n2 claims
+  // Within the guard: a create n1 sent before its fence closed may land.
+  cc.on_marks("hv0", {marked("a", "u1", 10), marked("b", "u2", 10)}, {"a", "b", "c"}, t0 + 2s, 3);
+  BOOST_TEST(c.violations().empty());
+  // Past it: n1 made what n2 now owns.
+  cc.on_marks("hv0", {marked("a", "u1", 20, "n2"), marked("b", "u2", 20, "n2")}, {"a", "b", "c"},
+              t0 + 7s, 8);
+  cc.on_marks("hv0",
+              {marked("a", "u1", 20, "n2"), marked("b", "u2", 20, "n2"), marked("c", "u3", 10)},
+              {"a", "b", "c"}, t0 + 8s, 9);
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 1u);
+  BOOST_TEST(c.violations()[0].what.find("c on hv0 appeared (uid u3) with token 10 (n1), 7.00 s"
+                                         " after the claim 20 (n2)")
+             != std::string::npos);
+  // Seen only after its libvirtd could not be read for a while: not judged.
+  cc.on_marks("hv0",
+              {marked("a", "u1", 20, "n2"), marked("b", "u2", 20, "n2"), marked("c", "u3", 10),
+               marked("d", "u4", 10)},
+              {"a", "b", "c", "d"}, t0 + 20s, 21);
+  BOOST_TEST(c.violations().size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_host_owned_again_in_its_bound_is_a_takeover_and_past_it_a_violation) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}, {"hv1", {"n1", 11}}, {"hv2", {"n2", 12}}}), t0,
+               1);
+  cc.owner_lost("n1", "kill_node", t0);
+  BOOST_TEST(cc.waiting().size() == 2u); // hv2 was not n1's
+  cc.tick(true, {}, t0 + 3s, 4);
+  // Claimed, not yet stamped.
+  cc.on_owners(owned({{"hv0", {"n2", 30}}, {"hv2", {"n2", 12}}}), t0 + 4s, 5);
+  cc.on_marks("hv0", {marked("a", "u1", 10)}, {"a"}, t0 + 4s, 5);
+  cc.tick(true, {}, t0 + 4s, 5);
+  BOOST_TEST(cc.takeovers().empty());
+  cc.on_marks("hv0", {marked("a", "u1", 30, "n2")}, {"a"}, t0 + 9s, 10);
+  BOOST_REQUIRE_EQUAL(cc.takeovers().size(), 1u);
+  auto& t = cc.takeovers()[0];
+  BOOST_TEST(t.host == "hv0");
+  BOOST_TEST(t.new_node == "n2");
+  BOOST_TEST(t.token == 30);
+  BOOST_TEST(t.claimed_s == 3.0, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(t.owned_s == 4.0, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(c.violations().empty());
+  cc.tick(true, {}, t0 + 15s, 16); // hv1: still no claim, past the bound
+  BOOST_REQUIRE_EQUAL(c.violations().size(), 1u);
+  BOOST_TEST(c.violations()[0].what.find("hv1 not owned again 15.00 s after n1's kill_node")
+             != std::string::npos);
+  BOOST_TEST(c.violations()[0].what.find("the host is free") != std::string::npos);
+  cc.tick(true, {}, t0 + 16s, 17);
+  BOOST_TEST(c.violations().size() == 1u); // said once
+}
+
+BOOST_AUTO_TEST_CASE(the_takeover_clock_stops_while_etcd_is_down_or_no_node_acts) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0, 1);
+  cc.owner_lost("n1", "stop_node", t0);
+  cc.tick(true, {}, t0 + 5s, 6);
+  cc.tick(false, {}, t0 + 25s, 26); // etcd down: 20 s not counted
+  cc.tick(true, {}, t0 + 30s, 31);
+  BOOST_TEST(c.violations().empty());
+  cc.on_owners(owned({{"hv0", {"n3", 40}}}), t0 + 30s, 31);
+  cc.on_marks("hv0", {marked("a", "u1", 40, "n3")}, {"a"}, t0 + 30s, 31);
+  BOOST_REQUIRE_EQUAL(cc.takeovers().size(), 1u);
+  BOOST_TEST(cc.takeovers()[0].owned_s == 10.0, boost::test_tools::tolerance(0.01));
+}
+
+BOOST_AUTO_TEST_CASE(a_claim_handed_over_unstamped_starts_the_bound_again) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0, 1);
+  cc.owner_lost("n1", "kill_node", t0);
+  cc.tick(true, {}, t0 + 3s, 4);
+  cc.on_owners(owned({{"hv0", {"n2", 20}}}), t0 + 3s, 4); // n2 claims; n1 comes back
+  cc.tick(true, {}, t0 + 7s, 8);
+  cc.on_owners(owned({{"hv0", {"n1", 30}}}), t0 + 7s, 8); // handed over to n1 in n2's guard
+  cc.tick(true, {}, t0 + 20s, 21); // 20 s since the kill, 13 s since the hand-over
+  BOOST_TEST(c.violations().empty());
+  cc.on_marks("hv0", {marked("a", "u1", 30)}, {"a"}, t0 + 20s, 21);
+  BOOST_REQUIRE_EQUAL(cc.takeovers().size(), 1u);
+  auto& t = cc.takeovers()[0];
+  BOOST_TEST(t.handovers == 1);
+  BOOST_TEST(t.new_node == "n1");
+  BOOST_TEST(t.claimed_s == 3.0, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(t.owned_s == 20.0, boost::test_tools::tolerance(0.01));
+}
+
+BOOST_AUTO_TEST_CASE(an_owner_back_with_its_lease_alive_keeps_its_host) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0, 1);
+  cc.owner_lost("n1", "stop_node", t0);
+  cc.tick(true, {}, t0 + 2s, 3);
+  cc.tick(false, {}, t0 + 7s, 8); // etcd restarted: every lease extended
+  cc.owner_back("n1", t0 + 8s); // counted so far: 2 s
+  cc.tick(true, {}, t0 + 10s, 11); // its lease may still expire: not yet kept
+  BOOST_TEST(cc.takeovers().empty());
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0 + 11s, 12);
+  cc.tick(true, {}, t0 + 11s, 12);
+  BOOST_REQUIRE_EQUAL(cc.takeovers().size(), 1u);
+  BOOST_TEST(cc.takeovers()[0].kept);
+  BOOST_TEST(cc.takeovers()[0].owned_s == 2.0, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(c.violations().empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_held_host_waits_only_for_the_claim) {
+  checker c{6, 90};
+  cluster_checker cc{c, 3, 6};
+  cc.on_owners(owned({{"hv0", {"n1", 10}}}), t0, 1);
+  cc.owner_lost("n1", "cut_node_from_etcd", t0);
+  cc.tick(true, {"hv0"}, t0 + 2s, 3); // partitioned: its proxies cannot stamp
+  cc.tick(true, {}, t0 + 3s, 4);      // healed: its new link may still be in its backoff
+  cc.on_owners(owned({{"hv0", {"n2", 20}}}), t0 + 3s, 4);
+  cc.tick(true, {}, t0 + 4s, 5);
+  BOOST_REQUIRE_EQUAL(cc.takeovers().size(), 1u);
+  BOOST_TEST(cc.takeovers()[0].claim_only);
+  BOOST_TEST(cc.waiting().empty());
+  BOOST_TEST(c.violations().empty());
 }
