@@ -172,9 +172,13 @@ ownership::wants_release(const std::string& host, const host_entry& e, time_poin
   auto w = wanted(host);
   if (w.empty() || w == cfg_.me)
     return std::nullopt;
+  // A host is handed over only once it has been this node's to change
+  // for a TTL: a node that comes back while the host's interim owner waits
+  // out its guard would otherwise cost the host two guards back to back
+  // with nothing managed in between.
   auto n = nodes_.find(w);
   if (n != nodes_.end() && e.won_at && n->second.since > *e.won_at
-      && now - n->second.since >= cfg_.lease_ttl)
+      && now - n->second.since >= cfg_.lease_ttl && now - usable_at(e) >= cfg_.lease_ttl)
     return release_reason::handover;
   return std::nullopt;
 }

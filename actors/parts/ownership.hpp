@@ -14,7 +14,8 @@
 //   the node ranked r after it only once it has been free r lease TTLs (a
 //   wanted node that cannot claim does not leave it orphaned).
 // - a host this node owns is given up when another node is wanted for it
-//   that arrived after this node won the host and has been live a whole TTL
+//   that arrived after this node won the host and has been live a whole TTL,
+//   once the host has been this node's to change for a TTL itself
 //   (an orderly hand-over: the owner releases, then the wanted node claims;
 //   a host taken because its wanted node did not claim it is kept until
 //   that node comes back under a new lease), when its link has been down

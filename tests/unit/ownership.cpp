@@ -186,6 +186,36 @@ BOOST_AUTO_TEST_CASE(spec_40_a_joining_node_takes_its_share_by_release_then_clai
     BOOST_CHECK_EQUAL(k.node, c.nodes.at("c").book.wanted(h));
 }
 
+// A node that returns while the interim owner of its host waits out its
+// guard gets the host back only after the interim owner has had it for a
+// TTL: never two guards back to back with nothing managed in between.
+BOOST_AUTO_TEST_CASE(spec_40_a_host_is_handed_over_only_after_a_ttl_in_its_owner_s_hands) {
+  cluster_model c{12};
+  c.join("a");
+  c.join("b");
+  c.run(20s);
+  auto a_hosts = c.owned_counts()["a"];
+  BOOST_REQUIRE_GT(a_hosts, 0);
+  c.expire("a");
+  c.run(1s); // b claims a's hosts; its guard (5 s) runs
+  c.join("a");
+  std::map<std::string, clock_type::time_point> usable_since, given_back;
+  for (int i = 0; i < 80; ++i) {
+    c.run(500ms);
+    auto usable = c.nodes.at("b").book.usable(c.now);
+    for (auto& [h, _] : usable)
+      usable_since.try_emplace(h, c.now);
+    for (auto& [h, since] : usable_since)
+      if (!usable.contains(h))
+        given_back.try_emplace(h, c.now);
+  }
+  // Handed back, each only after b could change it for a TTL (10 s).
+  BOOST_CHECK_EQUAL(c.owned_counts()["a"], a_hosts);
+  BOOST_CHECK(!given_back.empty());
+  for (auto& [h, at] : given_back)
+    BOOST_CHECK_MESSAGE(at - usable_since.at(h) >= 10s, h);
+}
+
 BOOST_AUTO_TEST_CASE(spec_38_a_won_host_is_changed_only_a_guard_after_the_claim) {
   cluster_model c{4};
   c.join("a");
