@@ -4,15 +4,11 @@
 
 namespace egress::soak {
 
-namespace {
-
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f s", s);
   return buf;
 }
-
-} // namespace
 
 void checker::add(double t_s, std::string what) {
   std::printf("soak: VIOLATION at %.1f s: %s\n", t_s, what.c_str());

@@ -19,6 +19,15 @@ namespace egress::soak {
 
 using clock_type = std::chrono::steady_clock;
 
+/// Seconds since `t0` on the soak's clock.
+inline double since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// A duration as the violations of both checkers (this one and
+/// soak/cluster_checker.hpp) say it: "12.34 s".
+std::string seconds_text(double s);
+
 struct violation {
   double t_s = 0;
   std::string what;

@@ -1,5 +1,5 @@
-# The timeline of a soak of several nodes (soak/cluster_run.cpp writes the
-# CSV and runs this):
+# The timeline of a soak of several nodes (soak/cluster_run.cpp says its
+# columns, soak/checked_run.cpp writes the CSV and runs this):
 #   gnuplot -e "csv='DIR/timeline.csv'; out='DIR/timeline.svg'" soak/cluster.gp
 set datafile separator ','
 set terminal svg size 1100,500 dynamic background rgb 'white'

@@ -7,12 +7,6 @@ namespace egress::soak {
 
 namespace {
 
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f s", s);
-  return buf;
-}
-
 std::string token_text(int64_t token, const std::string& node) {
   return std::to_string(token) + " (" + (node.empty() ? "?" : node) + ")";
 }

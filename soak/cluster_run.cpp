@@ -7,17 +7,11 @@
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <utility>
-
-#include <unistd.h>
+#include <vector>
 
 #include "messages/error.hpp"
-#include "soak/checker.hpp"
+#include "soak/checked_run.hpp"
 #include "soak/cluster_checker.hpp"
-#include "soak/fleet.hpp"
-#include "soak/nemesis.hpp"
-#include "testbed/testbed.hpp"
 
 namespace egress::soak {
 
@@ -25,21 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr double converge_bound_s = 90; // after the last heal
-constexpr double orphan_bound_s = 90;
-constexpr double silent_bound_s = 15;   // a running node not answering its metrics
-constexpr auto period = 300ms;          // between two readings of etcd and the hosts
-
-double since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-std::vector<std::string> host_names(const std::vector<std::unique_ptr<soak_host>>& hs) {
-  std::vector<std::string> out;
-  for (auto& h : hs)
-    out.push_back(h->name());
-  return out;
-}
+constexpr double silent_bound_s = 15; // a running node not answering its metrics
 
 // "min/median/max" of `xs` in seconds, "-" without any.
 std::string spread(std::vector<double> xs) {
@@ -67,38 +47,25 @@ struct node_seen {
   bool silence_reported = false;
 };
 
-// The run owns the nodes' config, the declared fleet, the checkers and the
-// log; the nemesis reaches the nodes and the log through the run_hooks.
-class cluster_run final : public run_hooks {
+// The run owns the nodes' config and the cluster's checker; the course of
+// the run, the declared fleet, the checker, the nemesis and the log are
+// soak/checked_run.hpp's.
+class cluster_run final : public checked_run {
 public:
   cluster_run(const run_options& o, std::vector<std::unique_ptr<soak_host>>& hosts,
               soak_cluster& cluster)
-    : o_(o), hosts_(hosts), cluster_(cluster),
-      fleet_(o.proxies, host_names(hosts), maker_for(hosts)),
-      // No status requests in a cluster run: the held bound is not used.
-      check_(9.0, orphan_bound_s),
+    // No status requests in a cluster run: the held bound is not used. Etcd
+    // and the hosts are read every 300 ms.
+    : checked_run(o, hosts, nullptr, 9.0, 300ms,
+                  {"t_s,declared,least_rotation,hosts_owned,nodes_running,nodes_member,"
+                   "hosts_held,etcd_up,violations,events",
+                   "soak/cluster.gp"}),
+      cluster_(cluster),
       owners_check_(check_, std::chrono::duration<double>(cluster.lease_ttl()).count(),
-                    guard_s(cluster, config_of(fleet_, hosts, nullptr))),
-      nemesis_(hosts, nullptr, fleet_, check_, *this), seen_(cluster.size()) {}
+                    guard_s(cluster, fleet_config())),
+      seen_(cluster.size()) {}
 
-  int run(const std::vector<fault>& schedule, double nemesis_s) {
-    t0_ = clock_type::now();
-    try {
-      return play_and_check(schedule, nemesis_s);
-    } catch (const node_gone& e) {
-      check_.add(now_s(), std::string{"a node did not come up: "} + e.what());
-      return finish(-1);
-    }
-  }
-
-  // run_hooks: what the nemesis does to the nodes, and its log.
-  double now_s() const override { return since(t0_); }
-
-  void note(const std::string& what) override {
-    std::printf("soak: %7.1f s  %s\n", now_s(), what.c_str());
-    events_ += (events_.empty() ? "" : "; ") + what;
-  }
-
+  // run_hooks: what the nemesis does to the nodes.
   caf::expected<std::string> reload(const declared_fleet& fleet) override;
   void restart_engine(bool hard, int node) override;
   void cordon(const std::string&, bool) override {
@@ -108,82 +75,57 @@ public:
   void heal_cluster_fault(fault_kind kind, int node) override;
 
 private:
-  // A node that does not come up is the engine's failure, not the bed's.
-  struct node_gone : std::runtime_error {
-    using std::runtime_error::runtime_error;
-  };
-
+  // The nodes: all started and stopped, one started, one lost.
+  void start_engine() override;
+  void stop_engine() override;
   engine_config fleet_config() const { return config_of(fleet_, hosts_, nullptr); }
-  int play_and_check(const std::vector<fault>& schedule, double nemesis_s);
   void start_node(size_t i);
   void lose_owner(size_t i, const std::string& cause);
-  void tick(bool nodes_due);
+  // The readings: etcd and the hosts every tick, the nodes once a second.
+  void tick(bool nodes_due) override;
   void read_owners();
-  void read_hosts();
   void read_nodes();
-  bool converged();
+  // The cluster's convergence, and what is checked or printed around it.
+  bool converged() override;
   bool nodes_converged();
   bool owners_converged(const owner_map& owners);
   bool rotations_converged();
   bool hosts_converged(const owner_map& owners);
-  std::optional<double> wait_converged(double bound_s);
-  void row_if_due();
-  void row();
-  int finish(double converged_s);
-  void stop_nodes();
-  void write_files();
-  void print_summary(double converged_s);
+  std::string not_converged_at_start() const override {
+    return "the cluster did not converge at the start within 120 s: " + last_unconverged_;
+  }
+  void converged_at_start(double s) override;
+  void check_at_the_end(bool converged_after_heal) override;
+  // The report: the timeline's row, the take-overs in the summary.
+  std::string row() override;
+  void print_summary(double converged_s) override;
+  std::string summary_tail() const override;
 
-  const run_options& o_;
-  std::vector<std::unique_ptr<soak_host>>& hosts_;
   soak_cluster& cluster_;
-  declared_fleet fleet_;
-  checker check_;
   cluster_checker owners_check_;
-  nemesis nemesis_;
   std::vector<node_seen> seen_;
-  clock_type::time_point t0_, nemesis_t0_;
-  double next_row_s_ = 0;
   bool etcd_unreadable_noted_ = false;
-  std::string last_unconverged_;
-  std::string events_, timeline_;
 };
 
-int cluster_run::play_and_check(const std::vector<fault>& schedule, double nemesis_s) {
+void cluster_run::start_engine() {
   for (size_t i = 0; i < cluster_.size(); ++i)
     start_node(i);
-  auto first = wait_converged(120);
-  if (!first) {
-    check_.add(now_s(), "the cluster did not converge at the start within 120 s: "
-                          + last_unconverged_);
-    return finish(-1);
+}
+
+void cluster_run::stop_engine() {
+  for (size_t i = 0; i < cluster_.size(); ++i) {
+    if (cluster_.fault(i) != node_fault::none)
+      continue; // ended by the destructor
+    if (auto err = cluster_.stop(i))
+      check_.add(now_s(), cluster_.name(i) + " stop: " + render(err));
   }
-  std::printf("soak: the cluster converged at the start in %.1f s; take-over bound %.1f s\n",
-              *first, owners_check_.bound_s());
-  nemesis_t0_ = clock_type::now();
-  play(nemesis_, schedule, nemesis_t0_, period, [this](bool nodes_due) {
-    tick(nodes_due);
-    row_if_due();
-  });
-  auto after = wait_converged(converge_bound_s);
-  if (!after)
-    check_.add(now_s(), "not converged within " + std::to_string(int(converge_bound_s))
-                          + " s of the last heal: " + last_unconverged_);
-  while (since(nemesis_t0_) < nemesis_s) { // the rest of the time: steady state, checked
-    tick(true);
-    row_if_due();
-    std::this_thread::sleep_for(period);
-  }
-  if (after && !converged())
-    check_.add(now_s(), "no longer converged at the end: " + last_unconverged_);
-  return finish(after ? *after : -1);
 }
 
 void cluster_run::start_node(size_t i) {
   try {
     cluster_.start(i, fleet_config());
   } catch (const std::exception& e) {
-    throw node_gone{cluster_.name(i) + ": " + e.what()};
+    throw did_not_come_up{"a node did not come up: " + cluster_.name(i) + ": " + e.what()};
   }
   seen_[i].silent_since = {};
 }
@@ -254,7 +196,7 @@ void cluster_run::heal_cluster_fault(fault_kind kind, int node) {
   try {
     err = cluster_.heal(i, fleet_config());
   } catch (const std::exception& e) {
-    throw node_gone{cluster_.name(i) + ": " + e.what()};
+    throw did_not_come_up{"a node did not come up: " + cluster_.name(i) + ": " + e.what()};
   }
   if (err)
     check_.add(now_s(), cluster_.name(i) + ": a valid reload was refused after SIGCONT: "
@@ -268,9 +210,13 @@ void cluster_run::heal_cluster_fault(fault_kind kind, int node) {
 // One reading of etcd and the hosts (every tick), and of the nodes
 // (`nodes_due`, once a second).
 void cluster_run::tick(bool nodes_due) {
-  throw_if_interrupted();
   read_owners();
-  read_hosts();
+  read_hosts([this](soak_host& h, const std::vector<domain_reading>& ours,
+                    clock_type::time_point read_at) {
+    auto declared = fleet_.on(h.name());
+    owners_check_.on_marks(h.name(), ours, declared, read_at, now_s());
+    check_.on_host(h.name(), ours, declared, read_at, now_s());
+  });
   std::set<std::string> held;
   for (auto& h : hosts_)
     if (h->fault() != host_fault::none)
@@ -291,25 +237,6 @@ void cluster_run::read_owners() {
   } else if (!etcd_unreadable_noted_) { // the soak's read, not the engine's doing
     etcd_unreadable_noted_ = true;
     note("the soak cannot read etcd: " + render(owners.error()));
-  }
-}
-
-void cluster_run::read_hosts() {
-  for (auto& h : hosts_) {
-    if (!h->readable())
-      continue; // libvirtd is stopped or killed by the nemesis
-    auto now = clock_type::now();
-    if (auto ours = h->marked(entry)) {
-      auto declared = fleet_.on(h->name());
-      owners_check_.on_marks(h->name(), *ours, declared, now, now_s());
-      check_.on_host(h->name(), *ours, declared, now, now_s());
-    } else {
-      check_.add(now_s(), "the soak cannot read " + h->name() + ": " + render(ours.error()));
-    }
-    if (auto intact = h->foreign_intact())
-      check_.on_foreign(h->name(), *intact, now_s());
-    else
-      check_.add(now_s(), "the soak cannot read " + h->name() + ": " + render(intact.error()));
   }
 }
 
@@ -427,53 +354,29 @@ bool cluster_run::rotations_converged() {
 // Exactly the declared domains of ours on every host, each stamped with
 // its host's current token (adopted by the owner).
 bool cluster_run::hosts_converged(const owner_map& owners) {
-  for (auto& h : hosts_) {
-    auto ours = h->marked(entry);
-    if (!ours) {
-      last_unconverged_ = render(ours.error());
-      return false;
-    }
-    std::set<std::string> names;
-    auto token = owners.at(h->name()).token;
-    for (auto& d : *ours) {
-      names.insert(d.name);
-      if (d.mark.token != token) {
-        last_unconverged_ = d.name + " on " + h->name() + " carries token "
-                            + std::to_string(d.mark.token) + ", its host's is "
-                            + std::to_string(token);
-        return false;
-      }
-    }
-    if (names != fleet_.on(h->name())) {
-      last_unconverged_ = h->name() + " holds " + std::to_string(names.size())
-                          + " domains of ours, " + std::to_string(fleet_.on(h->name()).size())
-                          + " declared";
-      return false;
-    }
-  }
-  return true;
+  auto declared = [this](const std::string& host) { return fleet_.on(host); };
+  auto stamped = [&](const std::string& host, const domain_reading& d) {
+    auto token = owners.at(host).token;
+    if (d.mark.token == token)
+      return true;
+    last_unconverged_ = d.name + " on " + host + " carries token " + std::to_string(d.mark.token)
+                        + ", its host's is " + std::to_string(token);
+    return false;
+  };
+  return checked_run::hosts_converged(declared, stamped);
 }
 
-std::optional<double> cluster_run::wait_converged(double bound_s) {
-  auto t = clock_type::now();
-  while (since(t) < bound_s) {
-    if (converged())
-      return since(t);
-    tick(true);
-    row_if_due();
-    std::this_thread::sleep_for(period);
-  }
-  return std::nullopt;
+void cluster_run::converged_at_start(double s) {
+  std::printf("soak: the cluster converged at the start in %.1f s; take-over bound %.1f s\n", s,
+              owners_check_.bound_s());
 }
 
-void cluster_run::row_if_due() {
-  if (now_s() < next_row_s_)
-    return;
-  row();
-  next_row_s_ = now_s() + 1;
+void cluster_run::check_at_the_end(bool converged_after_heal) {
+  if (converged_after_heal && !converged())
+    check_.add(now_s(), "no longer converged at the end: " + last_unconverged_);
 }
 
-void cluster_run::row() {
+std::string cluster_run::row() {
   size_t running = 0, members = 0, held = 0;
   std::optional<size_t> least;
   for (size_t i = 0; i < cluster_.size(); ++i) {
@@ -490,63 +393,19 @@ void cluster_run::row() {
                 fleet_.proxies().size(), least.value_or(0), owners_check_.owners().size(),
                 running, members, held, cluster_.etcd_up() ? 1 : 0,
                 check_.violations().size());
-  std::string ev = events_;
-  std::replace(ev.begin(), ev.end(), ',', ';');
-  timeline_ += buf + ev + "\n";
-  events_.clear();
+  return buf;
 }
 
-int cluster_run::finish(double converged_s) {
-  stop_nodes();
-  write_files();
-  print_summary(converged_s);
-  return check_.violations().empty() ? 0 : 1;
-}
-
-void cluster_run::stop_nodes() {
-  for (size_t i = 0; i < cluster_.size(); ++i) {
-    if (cluster_.fault(i) != node_fault::none)
-      continue; // ended by the destructor
-    if (auto err = cluster_.stop(i))
-      check_.add(now_s(), cluster_.name(i) + " stop: " + render(err));
-  }
-}
-
-void cluster_run::write_files() {
-  testbed::write_file(o_.out + "/timeline.csv",
-                      "t_s,declared,least_rotation,hosts_owned,nodes_running,nodes_member,"
-                      "hosts_held,etcd_up,violations,events\n"
-                        + timeline_);
-  std::string v = "t_s,violation\n";
-  for (auto& x : check_.violations()) {
-    std::string what = x.what;
-    std::replace(what.begin(), what.end(), ',', ';');
-    v += std::to_string(x.t_s) + "," + what + "\n";
-  }
-  testbed::write_file(o_.out + "/violations.csv", v);
-  if (::access("/usr/bin/gnuplot", X_OK) != 0) {
-    std::printf("soak: no /usr/bin/gnuplot (gnuplot-nox): no plot\n");
-    return;
-  }
-  auto r = testbed::run({"/usr/bin/gnuplot", "-e",
-                         "csv='" + o_.out + "/timeline.csv'; out='" + o_.out
-                           + "/timeline.svg'",
-                         std::string{EGRESS_SOURCE_DIR} + "/soak/cluster.gp"});
-  if (r.ok())
-    std::printf("soak: plot %s/timeline.svg\n", o_.out.c_str());
-  else
-    std::printf("soak: gnuplot failed: %s\n", r.output.c_str());
-}
-
+// The hosts still waiting for an owner at the end, before the summary line.
 void cluster_run::print_summary(double converged_s) {
   for (auto& w : owners_check_.waiting())
     std::printf("soak: still waiting to be owned again: %s\n", w.c_str());
-  size_t faults = 0;
-  std::string by_kind;
-  for (auto& [kind, n] : nemesis_.counts()) {
-    faults += n;
-    by_kind += " " + kind + "=" + std::to_string(n);
-  }
+  checked_run::print_summary(converged_s);
+}
+
+// The measured take-overs: how long until a lost owner's hosts were claimed
+// and owned again (min/median/max), against the bound.
+std::string cluster_run::summary_tail() const {
   std::vector<double> owned, claimed;
   size_t kept = 0, handed_over = 0;
   for (auto& t : owners_check_.takeovers()) {
@@ -558,13 +417,12 @@ void cluster_run::print_summary(double converged_s) {
     if (!t.claim_only)
       owned.push_back(t.owned_s);
   }
-  std::printf("soak: seed=%llu minutes=%g hosts=%d proxies=%d nodes=%d bed=%s engine=caf-run"
-              " faults=%zu%s violations=%zu converged_after_last_heal_s=%.1f takeovers=%zu"
-              " takeover_s=%s claim_s=%s bound_s=%.1f handed_over=%zu kept=%zu\n",
-              static_cast<unsigned long long>(o_.seed), o_.minutes, o_.hosts, o_.proxies,
-              o_.nodes, o_.bed.c_str(), faults, by_kind.c_str(), check_.violations().size(),
-              converged_s, claimed.size(), spread(owned).c_str(), spread(claimed).c_str(),
-              owners_check_.bound_s(), handed_over, kept);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                " takeovers=%zu takeover_s=%s claim_s=%s bound_s=%.1f handed_over=%zu kept=%zu",
+                claimed.size(), spread(owned).c_str(), spread(claimed).c_str(),
+                owners_check_.bound_s(), handed_over, kept);
+  return buf;
 }
 
 } // namespace

@@ -17,10 +17,6 @@ using namespace std::chrono_literals;
 
 constexpr auto grace = std::chrono::seconds(30); // a fault's excuse outlives its heal by this
 
-double since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
 } // namespace
 
 void run_hooks::inflict_cluster_fault(const fault& f) {

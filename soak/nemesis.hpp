@@ -1,8 +1,9 @@
 #pragma once
 // The soak's nemesis: it inflicts the faults of the schedule drawn from the
 // seed (soak/schedule.hpp) and heals them, and it tells the checker
-// (soak/checker.hpp) what each one excuses and for how long. The run
-// (soak/run.cpp) plays it, fault by fault, between the checker's reads.
+// (soak/checker.hpp) what each one excuses and for how long. Either run
+// (soak/checked_run.hpp) plays it, fault by fault, between the checker's
+// reads.
 //
 // The faults: partitions, libvirtd stopped or killed and restarted, sshd
 // killed and restarted, domains destroyed or undefined behind the engine's

@@ -1,4 +1,5 @@
-# The soak's timeline (soak/run.cpp writes the CSV and runs this):
+# The soak's timeline (soak/run.cpp says its columns, soak/checked_run.cpp
+# writes the CSV and runs this):
 #   gnuplot -e "csv='DIR/timeline.csv'; out='DIR/timeline.svg'" soak/soak.gp
 set datafile separator ','
 set terminal svg size 1100,500 dynamic background rgb 'white'
