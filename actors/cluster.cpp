@@ -77,7 +77,7 @@ std::shared_ptr<cluster_view> build_view(cluster_pointer self, clock::time_point
   if (st.confirmed != clock::time_point{})
     s.lease_age_s = std::chrono::duration<double>(now - st.confirmed).count();
   s.revision = st.revision;
-  s.nodes = st.book.nodes();
+  s.nodes = st.book.nodes(now);
   for (auto& n : s.nodes) {
     if (auto r = st.others.find(n.name); r != st.others.end())
       n.rotation = static_cast<uint32_t>(r->second.size());

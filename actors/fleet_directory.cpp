@@ -177,8 +177,11 @@ void add_cluster(std::vector<directory_row>& out, const fleet_state& st) {
                    kv("fenced", c.fenced), kv("refusals", c.refusals),
                    kv("store errors", c.store_errors)};
   for (auto& n : c.nodes)
-    e.row.details.push_back(kv("node " + n.name, "lease " + std::to_string(n.lease) + ", "
-                                                   + std::to_string(n.hosts) + " host(s), "
+    e.row.details.push_back(kv("node " + n.name, "lease " + std::to_string(n.lease) + " (seen "
+                                                   + std::to_string(static_cast<int64_t>(
+                                                     n.lease_age_s))
+                                                   + " s), " + std::to_string(n.hosts)
+                                                   + " host(s), "
                                                    + std::to_string(n.rotation) + " in rotation"
                                                    + (n.avoid.empty() ? std::string{}
                                                       : ", avoids " + std::to_string(n.avoid.size()))));

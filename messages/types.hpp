@@ -562,12 +562,13 @@ struct cluster_member {
   uint32_t hosts = 0;                // hosts it owns
   std::vector<std::string> avoid;    // hosts it gave up for want of a link
   uint32_t rotation = 0;             // its proxies in the rotation
+  double lease_age_s = 0;            // since this node first saw it under this lease
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_member& x) {
   return f(caf::meta::type_name("cluster_member"), x.name, x.lease, x.hosts, x.avoid,
-           x.rotation);
+           x.rotation, x.lease_age_s);
 }
 
 /// This node in the cluster: its lease, what it owns, what it refused.

@@ -270,12 +270,13 @@ std::vector<host_owner> ownership::hosts(time_point now) const {
   return out;
 }
 
-std::vector<cluster_member> ownership::nodes() const {
+std::vector<cluster_member> ownership::nodes(time_point now) const {
   std::map<std::string, cluster_member> by_name;
   for (auto& [n, e] : nodes_) {
     auto& m = by_name[n];
     m.name = n;
     m.lease = e.lease;
+    m.lease_age_s = std::chrono::duration<double>(now - e.since).count();
     m.avoid.assign(e.avoid.begin(), e.avoid.end());
   }
   for (auto& [_, e] : hosts_)

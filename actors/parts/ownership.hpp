@@ -136,7 +136,7 @@ public:
 
   /// Every configured host as ls hosts shows it; every live node.
   std::vector<host_owner> hosts(time_point now) const;
-  std::vector<cluster_member> nodes() const;
+  std::vector<cluster_member> nodes(time_point now) const;
 
 private:
   struct host_entry {

@@ -84,6 +84,10 @@ BOOST_AUTO_TEST_CASE(spec_38_a_killed_node_s_hosts_are_owned_again_and_its_proxi
                         cluster_listing);
   BOOST_CHECK_MESSAGE(cluster_listing.find("lease confirmed") != std::string::npos,
                       cluster_listing);
+  for (auto& n : nodes) // every node's lease and its age
+    BOOST_CHECK_MESSAGE(cluster_listing.find("node " + n->name + ": lease ") != std::string::npos
+                          && cluster_listing.find(" s), ") != std::string::npos,
+                        cluster_listing);
   auto nodes_listing = shell(0, {"-c", "ls nodes"});
   BOOST_CHECK_MESSAGE(nodes_listing.find("member") != std::string::npos, nodes_listing);
   auto victim = before.at("hv1").first;
