@@ -120,11 +120,16 @@ void transition(cluster_pointer self, cluster_phase next, std::string reason) {
 
 void grant(cluster_pointer self);
 
+// A grant or keepalive answered: the next may go; false once stopping.
+bool lease_answered(cluster_pointer self) {
+  self->state.lease_busy = false;
+  return self->state.phase != cluster_phase::stopping;
+}
+
 // The store answered a keepalive sent at `sent`.
 void on_keepalive(cluster_pointer self, clock::time_point sent, caf::expected<int64_t> r) {
   auto& st = self->state;
-  st.lease_busy = false;
-  if (st.phase == cluster_phase::stopping)
+  if (!lease_answered(self))
     return;
   if (!r) {
     ++st.counters.store_errors;
@@ -160,8 +165,7 @@ void keepalive(cluster_pointer self) {
 
 void on_granted(cluster_pointer self, clock::time_point sent, caf::expected<etcd::lease> r) {
   auto& st = self->state;
-  st.lease_busy = false;
-  if (st.phase == cluster_phase::stopping)
+  if (!lease_answered(self))
     return;
   if (!r) {
     ++st.counters.store_errors;

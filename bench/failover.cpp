@@ -65,10 +65,7 @@ failover_figures failover_once(seconds ttl) {
   }
   auto victim = bed.owners().at("hv1").first;
   auto v = bed.index_of(victim);
-  std::vector<size_t> survivors;
-  for (size_t i = 0; i < bed.nodes.size(); ++i)
-    if (i != v)
-      survivors.push_back(i);
+  auto survivors = bed.all_but(v);
   bed.nodes[v]->proc.signal(SIGKILL);
   auto killed = clock_type::now();
   bed.until([&] { return bed.taken_from(victim); }, 120s, 20ms);

@@ -71,10 +71,7 @@ int main() {
   show(bed, "every host owned, every proxy in every node's rotation");
   auto victim = bed.owners().at("hv1").first;
   auto v = bed.index_of(victim);
-  std::vector<size_t> others;
-  for (size_t i = 0; i < bed.nodes.size(); ++i)
-    if (i != v)
-      others.push_back(i);
+  auto others = bed.all_but(v);
   std::printf("\nkill -9 %s (pid %d), the owner of hv1\n", victim.c_str(),
               static_cast<int>(bed.nodes[v]->proc.pid()));
   bed.nodes[v]->proc.signal(SIGKILL);

@@ -216,6 +216,14 @@ std::string cluster_bed::shell(size_t i, std::vector<std::string> args) const {
   return r.output;
 }
 
+std::vector<size_t> cluster_bed::all_but(size_t i) const {
+  std::vector<size_t> out;
+  for (size_t j = 0; j < nodes.size(); ++j)
+    if (j != i)
+      out.push_back(j);
+  return out;
+}
+
 size_t cluster_bed::index_of(const std::string& node) const {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i]->name == node)

@@ -95,6 +95,8 @@ public:
   void cut_from_etcd(size_t i);
   void heal_from_etcd(size_t i);
   size_t index_of(const std::string& node) const;
+  /// Every node's index but `i`'s.
+  std::vector<size_t> all_but(size_t i) const;
   /// caf-shell against node i's inspector with `args` (its output; "" when
   /// the node has not said where it listens).
   std::string shell(size_t i, std::vector<std::string> args) const;

@@ -92,10 +92,7 @@ BOOST_AUTO_TEST_CASE(spec_38_a_killed_node_s_hosts_are_owned_again_and_its_proxi
   BOOST_CHECK_MESSAGE(nodes_listing.find("member") != std::string::npos, nodes_listing);
   auto victim = before.at("hv1").first;
   auto v = index_of(victim);
-  std::vector<size_t> survivors;
-  for (size_t i = 0; i < 3; ++i)
-    if (i != v)
-      survivors.push_back(i);
+  auto survivors = all_but(v);
   auto uid_before = marks_on(0).at("px-1a").uid;
   nodes[v]->proc.signal(SIGKILL);
   auto killed = clock_type::now();
