@@ -192,8 +192,17 @@ bool cluster_checker::stamped(const std::vector<domain_reading>& ours,
 
 void cluster_checker::tick(bool clock_runs, const std::set<std::string>& held,
                            clock_type::time_point now, double t_s) {
+  // The clock starting again means etcd is back (a new leader extends every
+  // lease by a whole TTL, the dead owner's too: its key lives that long
+  // again), or a node can act again (it needs a lease first): a host not
+  // claimed yet is judged from then on (seed 4242: a node killed while etcd
+  // was stopped, etcd stopped again after its return: 14.24 s counted).
+  bool restarted = clock_runs && !clock_ran_;
+  clock_ran_ = clock_runs;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     auto& w = it->second;
+    if (restarted && w.new_token == 0)
+      w.judged_s = 0;
     if (clock_runs) {
       auto dt = std::chrono::duration<double>(now - w.counted_until).count();
       w.counted_s += dt;

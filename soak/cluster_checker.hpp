@@ -29,7 +29,8 @@
 //    still alive (etcd, restarted meanwhile, extended every lease) resumes
 //    with its claims: the host is kept, not taken over, once its key has
 //    outlived the owner's return by a lease TTL. The bound's clock stops
-//    while etcd is down or no node can act.
+//    while etcd is down or no node can act, and a host not claimed yet is
+//    judged anew when it starts again (etcd back extends every lease).
 
 #include <cstdint>
 #include <map>
@@ -145,6 +146,7 @@ private:
   std::map<std::string, int64_t> max_token_; // host -> the greatest owner token seen
   std::map<std::string, uint64_t> epoch_;    // host -> bumped at every change of its owner key
   std::map<std::string, clock_type::time_point> claim_seen_; // host -> its claim first read
+  bool clock_ran_ = true; // the last tick's clock_runs
   std::map<std::string, host_reading> last_read_;            // host -> its last marks reading
   std::map<std::string, domain_seen> domains_; // "host/name"
   std::map<std::string, std::string> last_marks_; // host -> "name=token ..." as last read
