@@ -143,6 +143,9 @@ void on_keepalive(cluster_pointer self, clock::time_point sent, caf::expected<in
   }
   if (sent > st.confirmed)
     st.confirmed = sent;
+  // The phase leaves member at the fences' deadline, not up to a tick after.
+  self->delayed_send(self, deadline(st) - clock::now() + std::chrono::milliseconds(1),
+                     atom::lease_v);
   if (st.phase == cluster_phase::fenced && confirmed_young(st, clock::now())) {
     // Still ours: nobody could have claimed a key on it meanwhile. (Not on
     // an answer so late that its confirmation is stale already.)
@@ -383,6 +386,13 @@ cluster_actor::behavior_type make_cluster(cluster_pointer self, cluster_options 
       claim_and_release(self);
     },
     [self](atom::lease, atom::poll) { lease_tick(self); },
+    [self](atom::lease) {
+      auto& st = self->state;
+      auto now = clock::now();
+      if (st.phase == cluster_phase::member && !confirmed_young(st, now))
+        transition(self, cluster_phase::fenced,
+                   "no keepalive confirmed since " + duration_text(now - st.confirmed));
+    },
     [self](atom::claim, atom::poll) { claim_tick(self); },
     [self](atom::watch, atom::poll) { read_and_watch(self); },
     [self](atom::watch, uint64_t no, int64_t revision, std::vector<store_change>& changes) {

@@ -271,6 +271,9 @@ using cluster_actor = caf::typed_actor<
   caf::reacts_to<atom::reload, engine_config>,
   // Internal: the keepalive tick, the claim tick, the watch's restart.
   caf::reacts_to<atom::lease, atom::poll>,
+  // Internal: the deadline of the last confirmed keepalive (the phase
+  // leaves member then, not at the next tick).
+  caf::reacts_to<atom::lease>,
   caf::reacts_to<atom::claim, atom::poll>,
   caf::reacts_to<atom::watch, atom::poll>,
   // Internal: one batch of the store's watch (its number, its revision).
