@@ -127,6 +127,7 @@ void finished(image_pointer self, caf::expected<images::fill_result> r) {
   st.progress.reset();
   st.transfer.reset();
   st.cleanup.reset();
+  st.more_transfers.clear();
   *st.live = {};
   st.status.rate_bps = 0;
   st.status.eta_s = 0;
@@ -181,7 +182,10 @@ void start_fill(image_pointer self) {
                                      : transport_for(st.opts.host);
   st.transfer = make();
   st.cleanup = make();
-  *st.live = {st.transfer, st.cleanup, st.progress->cancel};
+  st.more_transfers.clear();
+  for (uint32_t i = 1; i < st.opts.host.upload_streams; ++i)
+    st.more_transfers.push_back(make());
+  *st.live = {st.transfer, st.cleanup, st.more_transfers, st.progress->cancel};
   images::fill_request req;
   req.entry = st.opts.entry;
   req.pool = st.opts.host.pool;
@@ -196,6 +200,7 @@ void start_fill(image_pointer self) {
     st.opts.host.keepalive_count};
   req.transfer = st.transfer;
   req.cleanup = st.cleanup;
+  req.more_transfers = st.more_transfers;
   auto progress = st.progress;
   auto h = st.calls.spawn(self, st.opts.host.name,
                       blocking_work{"fill " + st.name, [req, progress]()

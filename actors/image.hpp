@@ -67,17 +67,21 @@ struct image_actor_state {
   std::shared_ptr<images::fill_progress> progress;
   transport_ptr transfer;
   transport_ptr cleanup;
+  std::vector<transport_ptr> more_transfers; // the host's upload-streams - 1
   // What gives a running fill up, for the exit hook too (it runs after the
   // state is gone): its two transports and its download's cancel flag.
   struct giving_up {
     transport_ptr transfer;
     transport_ptr cleanup;
+    std::vector<transport_ptr> more_transfers;
     std::shared_ptr<std::atomic<bool>> cancel;
     void now() const noexcept {
       if (cancel)
         *cancel = true;
       if (transfer)
         transfer->kill();
+      for (auto& t : more_transfers)
+        t->kill();
       if (cleanup)
         cleanup->kill();
     }

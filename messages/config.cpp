@@ -217,6 +217,7 @@ void check_host(problems& out, const std::string& path, const host_config& h,
   check_range(out, at(path, "max-calls"), h.max_calls, max_calls_range);
   check_range(out, at(path, "max-proxies"), h.max_proxies, max_proxies_range);
   check_range(out, at(path, "max-creates"), h.max_creates, max_creates_range);
+  check_range(out, at(path, "upload-streams"), h.upload_streams, upload_streams_range);
   if (!h.zone.empty())
     add_if(out, at(path, "zone"), egress::check_tag(at(path, "zone"), h.zone));
   check_positive(out, at(path, "call-budget"), h.call_budget);

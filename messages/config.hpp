@@ -30,6 +30,10 @@ struct host_config {
   // VM creates at once, at most (a reload or a re-placement must not swamp
   // one libvirtd; the other calls pass queued creates).
   uint32_t max_creates = 3;
+  // SSH sessions one image upload to this host uses at once, each with a
+  // range of the image (docs/notes/transport.md#several-upload-streams: one
+  // session encrypts on one thread).
+  uint32_t upload_streams = 4;
   caf::timespan call_budget = std::chrono::seconds(30);
   caf::timespan connect_timeout = std::chrono::seconds(10);
   std::vector<std::string> address_sources{"lease", "agent", "arp"};

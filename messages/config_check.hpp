@@ -48,6 +48,7 @@ struct range {
 
 inline constexpr range max_calls_range{1, 64};
 inline constexpr range max_creates_range{1, 64};
+inline constexpr range upload_streams_range{1, 8};
 inline constexpr range vcpus_range{1, 64};
 inline constexpr range memory_mib_range{64, 1'048'576};
 inline constexpr range port_range{1, 65'535};

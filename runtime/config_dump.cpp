@@ -126,6 +126,7 @@ std::string host_line(const host_config& h) {
     out += ", console-log-dir = " + quoted(h.console_log_dir);
   out += ", max-calls = " + std::to_string(h.max_calls)
          + ", max-creates = " + std::to_string(h.max_creates)
+         + ", upload-streams = " + std::to_string(h.upload_streams)
          + ", call-budget = " + duration_text(h.call_budget)
          + ", connect-timeout = " + duration_text(h.connect_timeout)
          + ", address-sources = " + list(h.address_sources)

@@ -262,7 +262,7 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
                  "transport", "address", "port", "user", "key-file", "known-hosts",
                  "remote-socket", "remote-command", "socket", "bridge-dir",
                  "keepalive-interval", "keepalive-count", "ssh-keepalive",
-                 "ssh-watchdog", "tcp-user-timeout", "max-proxies", "memory-reserve-mib", "zone", "max-creates"}};
+                 "ssh-watchdog", "tcp-user-timeout", "max-proxies", "memory-reserve-mib", "zone", "max-creates", "upload-streams"}};
   r.read("name", h.name, true);
   r.read("uri", h.uri);
   std::string node;
@@ -314,6 +314,7 @@ host_config read_host(problems& out, const std::string& path, const dict& d,
   r.read("memory-reserve-mib", h.memory_reserve_mib);
   r.read("zone", h.zone);
   r.read("max-creates", h.max_creates, max_creates_range);
+  r.read("upload-streams", h.upload_streams, upload_streams_range);
   r.finish();
   return h;
 }

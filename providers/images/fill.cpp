@@ -9,7 +9,10 @@
 
 #include "messages/error.hpp"
 #include "providers/images/dedicated_link.hpp"
+#include "base/log.hpp"
 #include "providers/images/image_header.hpp"
+#include "providers/images/ranged_upload.hpp"
+#include "providers/images/ranges.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/libvirt/volumes.hpp"
 #include "providers/mirror/download.hpp"
@@ -237,12 +240,11 @@ caf::expected<resume_point> begin_writing(transfer_job& job, const pool_view& v)
   return at;
 }
 
-caf::expected<std::unique_ptr<mirror::download>> open_source(transfer_job& job,
-                                                             resume_point& at) {
+// The source as the fill reads it, from byte 0.
+mirror::fetch_options source_options(transfer_job& job) {
   auto& req = job.req;
   mirror::fetch_options fo;
   fo.url = req.image.url;
-  fo.offset = at.offset;
   if (req.image.size > 0)
     fo.expected_length = req.image.size;
   fo.expected_sha256 = req.image.sha256;
@@ -251,6 +253,13 @@ caf::expected<std::unique_ptr<mirror::download>> open_source(transfer_job& job,
   fo.low_speed_time = req.low_speed_time;
   fo.ca_file = req.ca_file;
   fo.cancel = job.progress.cancel;
+  return fo;
+}
+
+caf::expected<std::unique_ptr<mirror::download>> open_source(transfer_job& job,
+                                                             resume_point& at) {
+  auto fo = source_options(job);
+  fo.offset = at.offset;
   return mirror::download::open(fo, std::move(at.seed));
 }
 
@@ -391,6 +400,129 @@ caf::expected<fill_result> mark_verified(transfer_job& job, uint64_t total,
   return r;
 }
 
+// The image's length before anything is written: configured, or as the
+// source declares it (a look at its first bytes, checked as check_source
+// does).
+caf::expected<uint64_t> declared_total(transfer_job& job) {
+  auto& img = job.img();
+  if (img.size > 0)
+    return img.size;
+  resume_point none;
+  auto dl = open_source(job, none);
+  if (!dl)
+    return dl.error();
+  char head[4096];
+  if (auto n = (*dl)->read(head, sizeof head); !n)
+    return n.error();
+  auto total = (*dl)->total().value_or(0);
+  if (total == 0)
+    return make_error(ec::invalid_argument,
+                      "image " + img.name + ": " + mirror::redact_url(img.url)
+                        + " declares no length; set the image's size in the config");
+  if (img.max_size > 0 && total > img.max_size)
+    return make_error(ec::length_mismatch,
+                      "image " + img.name + ": " + mirror::redact_url(img.url) + " declares "
+                        + std::to_string(total) + " bytes, more than its max-size ("
+                        + std::to_string(img.max_size) + "); nothing was stored");
+  return total;
+}
+
+// The plan a partial mark records, if the data volume is the one it was
+// written for: then each range resumes where it got to.
+caf::expected<std::optional<range_plan>> resumable_plan(transfer_job& job, const pool_view& v,
+                                                        uint64_t total) {
+  if (!v.partial || !v.data || v.data->length != total)
+    return std::optional<range_plan>{};
+  auto text = read_small(job.c, job.pool(), job.names.partial, v.partial->length);
+  if (!text)
+    return text.error();
+  return recorded_plan(*text, total);
+}
+
+// The data volume made ready for a fresh plan: the partial mark records
+// the plan before any byte of it is written; a volume of another length
+// is made anew.
+caf::error prepare_fresh(transfer_job& job, const pool_view& v, uint64_t total,
+                         const range_plan& plan) {
+  auto& img = job.img();
+  if (auto err = write_small(job.c, job.pool(), job.names.partial,
+                             "partial; being written: " + marker_text(img, total, 0)
+                               + plan_line(plan)))
+    return err;
+  if (v.data && v.data->length == total)
+    return {};
+  if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
+    return err;
+  auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
+  return vol ? caf::error{} : vol.error();
+}
+
+// 2-4 in ranges over several sessions at once (ranged_upload.hpp): nullopt
+// when the image goes over one stream instead (one session, a small image,
+// no room for the spool), before anything was changed.
+std::optional<caf::expected<fill_result>> transfer_in_ranges(transfer_job& job,
+                                                             const pool_view& v) {
+  auto& req = job.req;
+  auto& img = job.img();
+  auto sessions = static_cast<uint32_t>(1 + req.more_transfers.size());
+  if (sessions < 2 || (img.size > 0 && img.size < 2 * req.min_range))
+    return std::nullopt;
+  auto total = declared_total(job);
+  if (!total)
+    return total.error();
+  auto plan = plan_ranges(*total, sessions, req.min_range);
+  if (plan.size() < 2)
+    return std::nullopt;
+  auto through = spool::open(*total);
+  if (!through) {
+    log::info("images", "image " + img.name + ": one upload stream (" + render(through.error())
+                          + ")");
+    return std::nullopt;
+  }
+  auto recorded = resumable_plan(job, v, *total);
+  if (!recorded)
+    return recorded.error();
+  if (v.marker)
+    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.marker))
+      return err;
+  job.at.data_touched = true;
+  if (*recorded)
+    plan = **recorded;
+  else if (auto err = prepare_fresh(job, v, *total, plan))
+    return err;
+  ranged_upload up;
+  up.pool = job.pool();
+  up.volume = job.names.data;
+  up.total = *total;
+  up.plan = plan;
+  up.resume = recorded->has_value();
+  up.source = source_options(job);
+  up.more_sessions = req.more_transfers;
+  up.keepalive = req.keepalive;
+  up.head_length = static_cast<size_t>(std::min<uint64_t>(header_window, *total));
+  resume_point at;
+  up.check_head = [&](std::string_view head) -> caf::error {
+    auto checked = check_header(img.name, img.format, head, *total);
+    if (!checked)
+      return checked.error();
+    at.header = *checked;
+    return {};
+  };
+  job.progress.total = *total;
+  job.progress.bytes = 0;
+  job.progress.transferring = true;
+  auto out = upload_ranges(job.c, up, *through, job.progress);
+  job.progress.transferring = false;
+  if (!out)
+    return out.error();
+  at.offset = out->held;
+  job.progress.resumed_from = out->held;
+  if (out->digest != img.sha256)
+    return make_error(ec::digest_mismatch, "image " + img.name + ": sha256 " + out->digest
+                                             + ", expected " + img.sha256);
+  return mark_verified(job, *total, at);
+}
+
 caf::expected<fill_result> transfer(const fill_request& req, const volume_names& names,
                                     lv::connection& c, fill_progress& progress,
                                     attempt& attempted) {
@@ -400,6 +532,8 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
     return v.error();
   if (auto ready = ready_as_is(job, *v))
     return std::move(*ready);
+  if (auto ranged = transfer_in_ranges(job, *v))
+    return std::move(*ranged);
   auto at = begin_writing(job, *v);
   if (!at)
     return at.error();

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -58,6 +59,11 @@ struct fill_request {
   /// thread) when it abandons the fill.
   transport_ptr transfer;
   transport_ptr cleanup;
+  /// One more upload session each (docs/notes/transport.md#several-upload-streams):
+  /// with any, an image of at least two `min_range`s whose source honours
+  /// ranges goes up in ranges at once, through a spool (ranged_upload.hpp).
+  std::vector<transport_ptr> more_transfers;
+  uint64_t min_range = uint64_t{64} << 20;
 };
 
 /// Read by the image actor while the fill runs (any thread).

@@ -364,6 +364,60 @@ caf::error download_volume(connection& c, const std::string& pool, const std::st
   return {};
 }
 
+caf::expected<uint64_t> read_written_prefix(connection& c, const std::string& pool,
+                                            const std::string& name, uint64_t offset,
+                                            uint64_t length, const download_sink& sink) {
+  if (auto err = check_names(pool, name))
+    return err;
+  auto what = "read back " + pool + "/" + name + " from " + std::to_string(offset);
+  if (length == 0 || !sink)
+    return make_error(ec::invalid_argument, what + ": no length or no sink given");
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  if (!vol)
+    return last_error(what);
+  stream_ptr st{virStreamNew(c.get(), 0)};
+  if (!st)
+    return last_error(what + ": new stream");
+  if (virStorageVolDownload(vol.get(), st.get(), static_cast<unsigned long long>(offset),
+                            static_cast<unsigned long long>(length),
+                            VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM)
+      < 0)
+    return last_error(what);
+  stream_guard guard{st.get()};
+  std::unique_ptr<char[]> buf{new char[default_upload_chunk]};
+  uint64_t done = 0;
+  for (;;) {
+    auto n = virStreamRecvFlags(st.get(), buf.get(), default_upload_chunk,
+                                VIR_STREAM_RECV_STOP_AT_HOLE);
+    if (n == -3) { // a hole: the written prefix ends here
+      guard.abort();
+      return done;
+    }
+    if (n < 0) {
+      auto err = last_error(what + ": receive after " + size_text(done));
+      guard.abort();
+      return err;
+    }
+    if (n == 0)
+      break;
+    done += static_cast<uint64_t>(n);
+    if (auto err = sink(buf.get(), static_cast<size_t>(n))) {
+      guard.abort();
+      return err;
+    }
+  }
+  if (virStreamFinish(st.get()) < 0) {
+    auto err = last_error(what + ": finish after " + size_text(done));
+    guard.abort();
+    return err;
+  }
+  guard.closed();
+  return done;
+}
+
 caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
                                          const std::string& name, const std::string& backing,
                                          const std::string& backing_format,

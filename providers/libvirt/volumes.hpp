@@ -139,4 +139,14 @@ using download_sink = std::function<caf::error(const char* data, size_t size)>;
 caf::error download_volume(connection& c, const std::string& pool, const std::string& name,
                            uint64_t offset, uint64_t length, const download_sink& sink);
 
+/// Reads `pool`/`name` from `offset` for at most `length` bytes into `sink`,
+/// stopping at the first hole (a sparse download, virStreamRecvFlags with
+/// VIR_STREAM_RECV_STOP_AT_HOLE), and returns how many bytes came before it:
+/// in a sparse volume written from `offset` on, how far the writer got. A
+/// file system that reports no holes makes every byte look written (the
+/// caller's digest then catches what was never written).
+caf::expected<uint64_t> read_written_prefix(connection& c, const std::string& pool,
+                                            const std::string& name, uint64_t offset,
+                                            uint64_t length, const download_sink& sink);
+
 } // namespace egress::lv

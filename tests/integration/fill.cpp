@@ -19,6 +19,7 @@
 #include "providers/images/fill.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/mirror/sha256.hpp"
+#include "providers/ssh/ssh_transport.hpp"
 #include "providers/transport.hpp"
 #include "testbed/disk_images.hpp"
 #include "testbed/http_server.hpp"
@@ -400,6 +401,137 @@ BOOST_AUTO_TEST_CASE(spec_09_two_entries_on_one_pool_share_nothing) {
   auto a2 = fill(request("alpha"));
   BOOST_REQUIRE_MESSAGE(a2, show(a2));
   BOOST_CHECK(!a2->transferred);
+}
+
+
+// -- ranges over several sessions (docs/spec.md 42) --------------------------
+
+namespace {
+
+// A session through the engine's bridge in front of the daemon's socket: a
+// transport whose kill() cuts the connection as an SSH session's would.
+transport_ptr bridged(const fixture& f, const testbed::temp_dir& dir,
+                      const std::string& socket = "") {
+  local_socket_options o;
+  o.host = "local";
+  o.socket_path = socket.empty() ? f.lv.socket_path() : socket;
+  o.libvirt_uri = "qemu:///system";
+  o.bridge_dir = dir.path();
+  o.connections = 1;
+  return std::make_shared<local_socket_transport>(o);
+}
+
+// Two ranges (7 MiB and the rest) over two bridged sessions.
+images::fill_request in_ranges(fixture& f, const testbed::temp_dir& dir) {
+  auto r = f.request();
+  r.transfer = bridged(f, dir);
+  r.cleanup = bridged(f, dir);
+  r.more_transfers = {bridged(f, dir)};
+  r.min_range = 4 * mib;
+  return r;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(spec_42_an_image_goes_up_in_ranges_over_two_sessions_and_is_verified) {
+  testbed::temp_dir dir{"ranges"};
+  http.clear_log();
+  auto r = fill(in_ranges(*this, dir));
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  BOOST_CHECK(r->transferred);
+  auto log = http.log();
+  BOOST_REQUIRE_EQUAL(log.size(), 2u);
+  std::vector<std::string> asked{log[0].range, log[1].range};
+  std::sort(asked.begin(), asked.end());
+  BOOST_CHECK_EQUAL(asked[0], "");                                 // range 1 from byte 0
+  BOOST_CHECK_EQUAL(asked[1], "bytes=" + std::to_string(7 * mib) + "-"); // range 2
+  auto n = names();
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+  BOOST_CHECK(exists(n.marker));
+  BOOST_CHECK(!exists(n.partial));
+}
+
+// A byte flipped in the second range: each range alone looks fine; only the
+// sha256 over the whole file sees it. Nothing is marked and nothing stays.
+BOOST_AUTO_TEST_CASE(spec_42_the_digest_is_checked_over_the_whole_file) {
+  testbed::temp_dir dir{"ranges"};
+  http.set({.corrupt_at = 10 * mib + 7});
+  auto r = fill(in_ranges(*this, dir));
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("corrupt: " << render(r.error()));
+  BOOST_CHECK(is(r.error(), ec::digest_mismatch));
+  BOOST_CHECK(volumes().empty());
+}
+
+// One session's connection is cut in the middle of its range: the other
+// range completes, the fill fails transient and keeps what was written; the
+// next fill reads each range's written prefix back and asks the mirror for
+// the rest of the cut range only.
+BOOST_AUTO_TEST_CASE(spec_42_a_range_cut_in_the_middle_resumes_that_range_only) {
+  testbed::temp_dir dir{"ranges"};
+  http.set({.drip_bytes = 128 * 1024, .drip_interval = 20ms});
+  auto req = in_ranges(*this, dir);
+  images::fill_progress progress;
+  std::atomic<bool> done{false};
+  // The first session takes range 1 at once; the second (whose transport
+  // is cut) opens its connection first and so takes range 2. Cut once both
+  // ranges are asked for and 2 MiB more arrived: range 2 is then inside.
+  std::thread cutter{[&] {
+    while (!done && http.log().size() < 2)
+      std::this_thread::sleep_for(5ms);
+    auto both = progress.bytes.load();
+    while (!done && progress.bytes.load() < both + 2 * mib)
+      std::this_thread::sleep_for(5ms);
+    req.more_transfers[0]->kill();
+  }};
+  auto r = fill(req, &progress);
+  done = true;
+  cutter.join();
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("cut: " << render(r.error()));
+  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
+  auto n = names();
+  BOOST_CHECK(exists(n.data));
+  BOOST_CHECK(exists(n.partial));
+  BOOST_CHECK(!exists(n.marker));
+
+  http.set({});
+  http.clear_log();
+  images::fill_progress again_progress;
+  auto again = fill(in_ranges(*this, dir), &again_progress);
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  auto log = http.log();
+  BOOST_REQUIRE_EQUAL(log.size(), 1u); // the cut range alone
+  const std::vector<uint64_t> begins{0, 7 * mib};
+  const std::vector<uint64_t> ends{7 * mib, image.size()};
+  auto from = log[0].range.empty() ? uint64_t{0}
+                                   : std::stoull(log[0].range.substr(std::string{"bytes="}.size()));
+  BOOST_TEST_MESSAGE("resumed with " << (log[0].range.empty() ? "no Range" : log[0].range)
+                                     << ", " << again->resumed_from << " bytes read back");
+  BOOST_CHECK(from % mib == 0);
+  BOOST_CHECK_GT(from, begins[from >= 7 * mib ? 1 : 0]); // in the middle of its range
+  // The other range was read back whole: at least its length is held.
+  auto k = from >= 7 * mib ? 1 : 0;
+  BOOST_CHECK_GE(again->resumed_from, ends[1 - k] - begins[1 - k]);
+  BOOST_CHECK_LT(from, ends[k]);
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + n.data) == image);
+  BOOST_CHECK(exists(n.marker));
+  BOOST_CHECK(!exists(n.partial));
+  BOOST_CHECK_EQUAL(again_progress.bytes.load(), image.size());
+}
+
+// A host that takes one session and refuses the next (its connect fails):
+// the first session takes every range, one after the other.
+BOOST_AUTO_TEST_CASE(spec_42_a_host_that_refuses_a_second_session_gets_one) {
+  testbed::temp_dir dir{"ranges"};
+  auto req = in_ranges(*this, dir);
+  req.more_transfers = {bridged(*this, dir, dir / "nobody-listens")};
+  http.clear_log();
+  auto r = fill(req);
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  BOOST_CHECK_EQUAL(http.log().size(), 2u); // both ranges, over the one session
+  BOOST_CHECK(testbed::read_file(pool_dir + "/" + names().data) == image);
+  BOOST_CHECK(exists(names().marker));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

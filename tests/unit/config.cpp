@@ -258,7 +258,13 @@ BOOST_AUTO_TEST_CASE(unknown_key_in_a_host) {
                          "user, key-file, known-hosts, remote-socket, remote-command, "
                          "socket, bridge-dir, keepalive-interval, keepalive-count, "
                          "ssh-keepalive, ssh-watchdog, tcp-user-timeout, max-proxies, "
-                         "memory-reserve-mib, zone, max-creates)"));
+                         "memory-reserve-mib, zone, max-creates, upload-streams)"));
+}
+
+BOOST_AUTO_TEST_CASE(upload_streams_out_of_range_is_refused) {
+  auto text = problems("[engine]\nentry = \"e1\"\n"
+                       "hosts = [{name = \"hv1\", uri = \"test:///default\", upload-streams = 9}]\n");
+  BOOST_CHECK_MESSAGE(text.find("engine.hosts[0].upload-streams") != std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_CASE(unknown_top_level_section) {
