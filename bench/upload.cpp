@@ -2,7 +2,8 @@
 // own SSH link against libvirt's built-in transports, on one machine.
 //
 //   bench-upload [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T] [--no-tune]
-//                [--paths abcd]                      (root; exit 77 otherwise)
+//                [--paths abcde] [--sessions S] [--rollout H [--rollout-sessions S]]
+//                                                    (root; exit 77 otherwise)
 //
 // A file of N MiB (default 512) of random data in a temp dir; one private
 // libvirtd (qemu:///system, a dir pool); one private sshd whose sessions see
@@ -24,6 +25,13 @@
 // (default 1) of the comparison, each starting with the next path; medians
 // are printed. --paths runs only the listed paths (e.g. "a" to profile the
 // engine alone; the ratios need a, b and c). Figures only, no assertions.
+//  (e) the engine's image fill (images::fill, what an image actor runs: a
+//      file:// source, its sha256, the marker) over 1..S SSH sessions at
+//      once (default 4), each with a range of the image (ranged_upload.hpp).
+// --rollout H: then H more hosts (a libvirtd and an sshd each) and the same
+// image to all of them at once: the engine's fills (with --rollout-sessions,
+// default the config's upload-streams) against H virsh vol-uploads over
+// OpenSSH run in parallel, wall time until the last host holds it.
 
 #include <algorithm>
 #include <any>
@@ -38,6 +46,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <thread>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -53,6 +62,10 @@
 #include "messages/error.hpp"
 #include "providers/libvirt/connection.hpp"
 #include "providers/libvirt/volumes.hpp"
+#include "providers/images/fill.hpp"
+#include "providers/images/volume_names.hpp"
+#include "providers/mirror/sha256.hpp"
+#include "actors/parts/transport_choice.hpp"
 #include "runtime/engine.hpp"
 #include "testbed/ssh_host.hpp"
 #include "testbed/testbed.hpp"
@@ -119,6 +132,18 @@ void write_random_file(const std::string& path, uint64_t mibs) {
   ::close(fd);
 }
 
+std::string file_sha256(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw std::runtime_error("open " + path + ": " + std::strerror(errno));
+  mirror::sha256 h;
+  std::vector<char> buf(4 * mib);
+  for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;)
+    h.update(buf.data(), static_cast<size_t>(n));
+  ::close(fd);
+  return h.hex();
+}
+
 // Byte-for-byte comparison of two files; "" if equal, else what differs.
 std::string compare_files(const std::string& a, const std::string& b) {
   int fa = ::open(a.c_str(), O_RDONLY | O_CLOEXEC);
@@ -170,6 +195,7 @@ struct setup {
   testbed::temp_dir tmp{"upload"};
   std::string image;
   uint64_t bytes = 0;
+  std::string sha256;
   testbed::libvirtd lv;
   testbed::sshd ssh;
   std::string pool_dir;
@@ -186,10 +212,18 @@ struct setup {
     return o;
   }
 
-  explicit setup(uint64_t mibs) : lv(lv_options()), ssh(ssh_options()) {
-    image = tmp / "image.raw";
+  /// With `same_image`: another host for that setup's image (no file of its own).
+  explicit setup(uint64_t mibs, const setup* same_image = nullptr)
+    : lv(lv_options()), ssh(ssh_options()) {
     bytes = mibs * mib;
-    write_random_file(image, mibs);
+    if (same_image) {
+      image = same_image->image;
+      sha256 = same_image->sha256;
+    } else {
+      image = tmp / "image.raw";
+      write_random_file(image, mibs);
+      sha256 = file_sha256(image);
+    }
     lv.start();
     ssh.start();
     pool_dir = lv.define_dir_pool(pool);
@@ -304,6 +338,46 @@ public:
     m.path_cpu = path_cpu() - path0;
     m.seconds = *job_s;
     finish(m, err ? render(err) : "", vol);
+    return m;
+  }
+
+  // The engine's image fill (images::fill, what an image actor runs) from
+  // a file:// source: over `sessions` SSH sessions at once, each with its
+  // own range, through the spool and the sha256 over the whole image; 1 is
+  // the single stream of before.
+  measurement fill(uint32_t sessions) {
+    measurement m;
+    m.label = "engine image fill, " + std::to_string(sessions) + " session"
+              + (sessions > 1 ? "s" : "");
+    auto make = transport_for(s_.host());
+    images::fill_request req;
+    req.entry = "bench";
+    req.pool = pool;
+    req.image = {"up", "file://" + s_.image, s_.sha256, s_.bytes, "raw", 0};
+    req.download_deadline = 600s;
+    req.keepalive = lv::keepalive{5, 3};
+    req.transfer = make();
+    req.cleanup = make();
+    for (uint32_t i = 1; i < sessions; ++i)
+      req.more_transfers.push_back(make());
+    images::fill_progress progress;
+    auto cpu0 = cpu_seconds();
+    auto path0 = path_cpu();
+    auto t0 = clock_type::now();
+    auto r = images::fill(req, progress);
+    m.seconds = m.total_seconds = seconds_since(t0);
+    m.cpu = cpu_seconds() - cpu0;
+    m.path_cpu = path_cpu() - path0;
+    std::string err;
+    if (!r)
+      err = render(r.error());
+    else if (!r->transferred)
+      err = "found ready: nothing was uploaded";
+    auto names = images::volume_names::of("bench", "up", s_.sha256);
+    finish(m, err, names.data);
+    for (auto& v : {names.marker, names.partial})
+      if (auto e = lv::delete_volume(*direct_, pool, v))
+        std::printf("  delete %s: %s\n", v.c_str(), render(e).c_str());
     return m;
   }
 
@@ -437,6 +511,93 @@ double median_cpu(const std::vector<measurement>& ms, uint64_t bytes) {
   return median(r);
 }
 
+
+// The same image to several hosts at once (a base image rolled out to a
+// fleet): every host's image fill at once, in a thread each, against every
+// host's `virsh vol-upload` over OpenSSH at once; wall time until the last
+// host holds it, each pool compared byte for byte with the file.
+struct rollout_figures {
+  double engine_s = 0, virsh_s = 0;
+  std::string error;
+};
+
+rollout_figures rollout(std::vector<std::unique_ptr<setup>>& hosts, uint32_t sessions) {
+  rollout_figures out;
+  std::vector<lv::connection_ptr> direct;
+  for (auto& h : hosts) {
+    auto c = lv::connection::open(h->lv.uri(), lv::keepalive{1, 3});
+    if (!c)
+      throw std::runtime_error("open " + h->lv.uri() + ": " + render(c.error()));
+    direct.push_back(*c);
+  }
+  auto check_and_clean = [&](const std::string& vol, const std::vector<std::string>& others) {
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      auto diff = compare_files(hosts[i]->image, hosts[i]->pool_dir + "/" + vol);
+      if (!diff.empty() && out.error.empty())
+        out.error = "host " + std::to_string(i) + ": " + diff;
+      for (auto& v : others)
+        (void) lv::delete_volume(*direct[i], pool, v);
+    }
+  };
+  auto names = images::volume_names::of("bench", "up", hosts[0]->sha256);
+  std::vector<std::string> errors(hosts.size());
+  auto t0 = clock_type::now();
+  {
+    std::vector<std::thread> fills;
+    for (size_t i = 0; i < hosts.size(); ++i)
+      fills.emplace_back([&, i] {
+        auto& h = *hosts[i];
+        auto make = transport_for(h.host());
+        images::fill_request req;
+        req.entry = "bench";
+        req.pool = pool;
+        req.image = {"up", "file://" + h.image, h.sha256, h.bytes, "raw", 0};
+        req.download_deadline = 900s;
+        req.keepalive = lv::keepalive{5, 3};
+        req.transfer = make();
+        req.cleanup = make();
+        for (uint32_t k = 1; k < sessions; ++k)
+          req.more_transfers.push_back(make());
+        images::fill_progress progress;
+        if (auto r = images::fill(req, progress); !r)
+          errors[i] = render(r.error());
+      });
+    for (auto& t : fills)
+      t.join();
+  }
+  out.engine_s = seconds_since(t0);
+  for (auto& e : errors)
+    if (!e.empty() && out.error.empty())
+      out.error = "engine: " + e;
+  check_and_clean(names.data, {names.data, names.marker, names.partial});
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    (void) lv::delete_volume(*direct[i], pool, "up-virsh");
+    if (auto v = lv::create_volume(*direct[i], pool, "up-virsh", hosts[i]->bytes, "raw"); !v)
+      throw std::runtime_error(render(v.error()));
+  }
+  t0 = clock_type::now();
+  {
+    std::vector<std::thread> uploads;
+    for (size_t i = 0; i < hosts.size(); ++i)
+      uploads.emplace_back([&, i] {
+        auto& h = *hosts[i];
+        auto up = testbed::run({"virsh", "-q", "-c", h.openssh_uri(), "vol-upload", "--pool",
+                                pool, "up-virsh", h.image},
+                               std::chrono::seconds(1800));
+        if (!up.ok())
+          errors[i] = "vol-upload: exit " + std::to_string(up.exit_code) + ": " + up.output;
+      });
+    for (auto& t : uploads)
+      t.join();
+  }
+  out.virsh_s = seconds_since(t0);
+  for (auto& e : errors)
+    if (!e.empty() && out.error.empty())
+      out.error = e;
+  check_and_clean("up-virsh", {"up-virsh"});
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -444,7 +605,10 @@ int main(int argc, char** argv) {
   size_t chunk_kib = 256;
   int runs = 1;
   int tune_runs = 1;
-  std::string paths = "abcd";
+  std::string paths = "abcde";
+  uint32_t max_sessions = 4;
+  int rollout_hosts = 0;
+  auto rollout_sessions = host_config{}.upload_streams;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--mib" && i + 1 < argc) {
@@ -457,11 +621,18 @@ int main(int argc, char** argv) {
       tune_runs = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--no-tune") {
       tune_runs = 0;
+    } else if (a == "--rollout-sessions" && i + 1 < argc) {
+      rollout_sessions = static_cast<uint32_t>(std::clamp(std::atoi(argv[++i]), 1, 8));
+    } else if (a == "--rollout" && i + 1 < argc) {
+      rollout_hosts = std::clamp(std::atoi(argv[++i]), 0, 16);
+    } else if (a == "--sessions" && i + 1 < argc) {
+      max_sessions = static_cast<uint32_t>(std::clamp(std::atoi(argv[++i]), 1, 8));
     } else if (a == "--paths" && i + 1 < argc) {
       paths = argv[++i];
     } else {
       std::fprintf(stderr, "usage: %s [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T]"
-                   " [--no-tune] [--paths abcd]\n",
+                   " [--no-tune] [--paths abcde] [--sessions N] [--rollout HOSTS]"
+                   " [--rollout-sessions N]\n",
                    argv[0]);
       return 2;
     }
@@ -472,8 +643,8 @@ int main(int argc, char** argv) {
                  lv::max_upload_chunk >> 10);
     return 2;
   }
-  if (paths.empty() || paths.find_first_not_of("abcd") != std::string::npos) {
-    std::fprintf(stderr, "--paths takes letters from abcd\n");
+  if (paths.empty() || paths.find_first_not_of("abcde") != std::string::npos) {
+    std::fprintf(stderr, "--paths takes letters from abcde\n");
     return 2;
   }
   if (::geteuid() != 0) {
@@ -511,6 +682,10 @@ int main(int argc, char** argv) {
       auto on = [&](char p) { return paths.find(p) != std::string::npos; };
       if (on('a'))
         steps.push_back([&] { print(a.emplace_back(b.engine(chunk)), s.bytes); });
+      std::vector<std::vector<measurement>> e(max_sessions + 1);
+      if (on('e'))
+        for (uint32_t n = 1; n <= max_sessions; ++n)
+          steps.push_back([&, n] { print(e[n].emplace_back(b.fill(n)), s.bytes); });
       if (on('b'))
         steps.push_back([&] {
           print(bo.emplace_back(b.virsh("(b) virsh qemu+ssh (OpenSSH)", s.openssh_uri())),
@@ -565,6 +740,20 @@ int main(int argc, char** argv) {
       std::printf("  median of per-run ratios: engine / (b) = %.2fx, engine / (c) = %.2fx\n",
                   per_run(bo), per_run(c));
       std::printf("  engine / (d) unix    = %.2f of the ceiling\n", rd > 0 ? ra / rd : 0);
+      if (on('e')) {
+        std::printf("\n  (e) the engine's image fill (file:// source, sha256, marker):\n");
+        for (uint32_t n = 1; n <= max_sessions; ++n) {
+          auto re = median_rate(e[n], s.bytes);
+          csv.row({"(e)_fill_" + std::to_string(n) + "_sessions", figures::cell(re),
+                   figures::cell(median_cpu(e[n], s.bytes))});
+          std::printf("  %u session(s) %7.1f MiB/s  %6.2f path CPU s/GiB  = %.2f of (d),"
+                      " %.2fx (b) OpenSSH, %.2fx (c) libssh2, %.2fx one session\n",
+                      n, re, median_cpu(e[n], s.bytes), rd > 0 ? re / rd : 0,
+                      rb > 0 ? re / rb : 0, rc > 0 ? re / rc : 0,
+                      median_rate(e[1], s.bytes) > 0 ? re / median_rate(e[1], s.bytes) : 0);
+        }
+        std::printf("  goals: >= 0.9 of (d), >= 2x (b)\n");
+      }
       if (tune_runs > 0) {
         std::printf("\n==== chunk size (%d upload(s) per size and path, interleaved;"
                     " load average %s) ====\n",
@@ -584,6 +773,29 @@ int main(int argc, char** argv) {
         std::printf("  engine at 256 KiB / (b) OpenSSH = %.2fx, / (c) libssh2 = %.2fx\n",
                     rb > 0 ? best / rb : 0, rc > 0 ? best / rc : 0);
       }
+    }
+    if (rollout_hosts > 0) {
+      std::printf("\n==== rollout: the image to %d hosts at once (load average %s) ====\n",
+                  rollout_hosts, load_average().c_str());
+      std::vector<std::unique_ptr<setup>> hosts;
+      for (int i = 0; i < rollout_hosts; ++i)
+        hosts.push_back(std::make_unique<setup>(mibs, &s));
+      auto f = rollout(hosts, rollout_sessions);
+      if (!f.error.empty())
+        std::printf("  FAILED: %s\n", f.error.c_str());
+      auto total_mib = static_cast<double>(mibs) * rollout_hosts;
+      std::printf("  engine image fills (%u sessions each) %7.1f s  %7.1f MiB/s in all\n",
+                  rollout_sessions, f.engine_s, total_mib / f.engine_s);
+      std::printf("  %d x virsh vol-upload (OpenSSH)     %7.1f s  %7.1f MiB/s in all\n",
+                  rollout_hosts, f.virsh_s, total_mib / f.virsh_s);
+      std::printf("  engine / virsh = %.2fx faster  (goal >= 2x)\n",
+                  f.engine_s > 0 ? f.virsh_s / f.engine_s : 0);
+      // The table's columns: MiB/s here is over every host together.
+      figures rc{"path", "mib_s", "cpu_s_per_gib"};
+      rc.row({"rollout_engine_" + std::to_string(rollout_hosts) + "_hosts",
+              figures::cell(total_mib / f.engine_s), figures::cell(0.0)});
+      rc.row({"rollout_virsh_" + std::to_string(rollout_hosts) + "_hosts",
+              figures::cell(total_mib / f.virsh_s), figures::cell(0.0)});
     }
     std::printf("\ntotal %.1f s\n", seconds_since(t0));
   } catch (const std::exception& e) {

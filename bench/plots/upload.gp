@@ -1,5 +1,8 @@
 # bench/upload: MiB/s per path into a libvirt volume, with the local unix
-# socket (the ceiling of any transport) drawn across. Variables: csv, png.
+# socket (the ceiling of any transport) drawn across: the engine's link,
+# virsh's transports, the engine's image fill over 1..N sessions, and a
+# rollout to several hosts at once (MiB/s over every host together, the
+# engine's fills against as many virsh vol-uploads). Variables: csv, png.
 set datafile separator ","
 set terminal pngcairo size 960,600 noenhanced
 set output png
@@ -8,6 +11,8 @@ set ylabel "MiB/s"
 set style fill solid 0.6
 set boxwidth 0.6
 set grid ytics
+set xtics rotate by -30 font ",9"
+set bmargin 8
 set yrange [0:*]
 stats csv skip 1 using (strcol(1) eq "(d)_unix_socket_API" ? $2 : NaN) nooutput
 ceiling = STATS_max
