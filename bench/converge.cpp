@@ -85,7 +85,16 @@
 // script with its ssh children, minus the interpreter's start-up; the
 // daemons, children of this process, are not in it) and of the server side
 // (every libvirtd, sshd and its sessions) over each step, the connections'
-// setup and teardown included (also for warm). After the runs:
+// setup and teardown included (also for warm). The client's own CPU per
+// converged proxy (what the engine controls; at RTT 0 the machine's CPU
+// bounds the time and half of it is the daemons'): from the clock's start to
+// convergence, to the nanosecond, for the engine this process's CPU (every
+// thread) minus the relays' threads and the harness's status polls (its
+// thread while it polls, and the fleet's answers at their cost measured on
+// the converged engine), for a pool the script's process (every thread) and
+// its descendants (ssh: the OpenSSH clients; libssh2: none), the daemons on
+// neither side; one table per RTT and a summary with engine/pool for each
+// pool size, in the CSV as own_ms_per_proxy and engine_own_ratio. After the runs:
 // per-call latency through one engine link, per RTT. --only runs the steps whose label
 // starts with one of the given prefixes; --hold S sets up, prints the URIs and
 // waits S seconds (to poke at the bed with virsh). Figures only.
@@ -504,6 +513,10 @@ struct measurement {
   double client_cpu = 0;   // engine process, or the script and its ssh children
   double server_cpu = 0;   // libvirtd + sshd (and its sessions)
   double relay_cpu = 0;    // the latency relay's threads (taken out of client_cpu)
+  // The client's own CPU from the clock's start to convergence (own_cpu_meter
+  // for the engine; the script's process and its descendants): per converged
+  // proxy, the figure the engine controls (docs/notes/performance.md).
+  double window_cpu = 0;
   std::string note;        // timeline or per-call figures
   std::string error;
   bool ok() const { return error.empty() && seconds > 0; }
@@ -553,6 +566,45 @@ private:
   }
 
   std::vector<std::unique_ptr<latency_relay>> all_;
+};
+
+// CPU seconds to the nanosecond of `clock`: CLOCK_PROCESS_CPUTIME_ID (every
+// thread of this process, the ended ones too) or CLOCK_THREAD_CPUTIME_ID.
+// /proc's utime and stime count 10 ms ticks, a tenth of a warm window.
+double cpu_clock_seconds(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// The engine's own CPU over a window: this process's CPU minus what the bench
+// itself does in it. The relays' threads are the bed's network; the harness's
+// thread is left out while it polls the status (between harness_begin and
+// harness_end), not while it runs engine::start or engine::reload, whose work
+// on the caller's thread is the engine's. The fleet's answers to those polls
+// run on the engine's threads: the caller takes them out at their measured
+// cost (bench::status_cpu).
+class own_cpu_meter {
+public:
+  explicit own_cpu_meter(const relay_set& relays)
+    : relays_(relays), process0_(cpu_clock_seconds(CLOCK_PROCESS_CPUTIME_ID)),
+      relay0_(relays.cpu_seconds()) {}
+
+  void harness_begin() { harness_at_ = cpu_clock_seconds(CLOCK_THREAD_CPUTIME_ID); }
+  void harness_end() { harness_ += cpu_clock_seconds(CLOCK_THREAD_CPUTIME_ID) - harness_at_; }
+
+  /// The engine's CPU seconds since the meter was made.
+  double seconds() const {
+    return cpu_clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - process0_
+           - (relays_.cpu_seconds() - relay0_) - harness_;
+  }
+
+private:
+  const relay_set& relays_;
+  double process0_;
+  double relay0_;
+  double harness_at_ = 0;
+  double harness_ = 0;
 };
 
 // One host of the bed: a libvirtd of its own (its own test:///default state,
@@ -812,6 +864,7 @@ public:
     const bool warm = connect == "before";
     auto cfg = make_config(s_, o_, o_.hosts, o_.proxies, entry);
     auto cpu0 = sample_cpu();
+    std::optional<own_cpu_meter> own{std::in_place, s_.relay()}; // warm: made anew at the reload
     auto t0 = clock_type::now();
     auto eng = egress::engine::start(sys_, warm ? make_config(s_, o_, o_.hosts, 0, entry) : cfg);
     if (!eng) {
@@ -829,6 +882,7 @@ public:
       }
       warm_up = seconds_since(t0);
       window0 = sample_cpu();
+      own.emplace(s_.relay());
       t0 = clock_type::now();
       if (auto summary = eng->reload(cfg); !summary) {
         m.error = "reload: " + render(summary.error());
@@ -840,8 +894,11 @@ public:
     std::vector<double> quarter(4, 0); // first time 25/50/75/100 % ran
     size_t errors_seen = 0;
     uint64_t polls = 0;
+    int statuses = 0; // the harness's polls in the window
     std::string last;
     for (;;) {
+      own->harness_begin();
+      ++statuses;
       auto st = eng->status();
       auto now = seconds_since(t0);
       if (!st) {
@@ -868,25 +925,35 @@ public:
           if (quarter[q] == 0 && running * 4 >= (q + 1) * static_cast<size_t>(o_.proxies))
             quarter[q] = now;
         if (running == static_cast<size_t>(o_.proxies) && st->proxies.size() == running) {
+          own->harness_end();
           m.seconds = now;
+          m.window_cpu = own->seconds();
           if (warm)
             charge_cpu(window, window0);
           break;
         }
       }
+      own->harness_end();
       if (now > 120) {
         m.error = "not converged after 120 s; last: " + last;
         break;
       }
       std::this_thread::sleep_for(20ms);
     }
-    char buf[320];
+    double per_status = m.seconds > 0 ? status_cpu(*eng) : 0;
+    m.window_cpu -= statuses * per_status;
+    char buf[512];
     std::snprintf(buf, sizeof buf,
                   "links up %.0f ms, all created %.0f ms, running 25/50/75/100%% at"
                   " %.0f/%.0f/%.0f/%.0f ms; polls answered %llu",
                   links_up * 1000, all_created * 1000, quarter[0] * 1000, quarter[1] * 1000,
                   quarter[2] * 1000, quarter[3] * 1000, static_cast<unsigned long long>(polls));
     m.note = buf;
+    std::snprintf(buf, sizeof buf,
+                  "; own CPU in the window %.3f s (%.2f ms per proxy; the fleet's answers to"
+                  " %d status polls taken out at %.3f ms each)",
+                  m.window_cpu, m.window_cpu / o_.proxies * 1000, statuses, per_status * 1000);
+    m.note += buf;
     if (warm) {
       std::snprintf(buf, sizeof buf,
                     "; links dialed before the clock in %.0f ms; CPU in the window: client"
@@ -932,22 +999,25 @@ public:
       return it == kv.end() ? 0.0 : std::strtod(it->second.c_str(), nullptr);
     };
     m.client_cpu -= num("cpu_pre"); // interpreter start-up and the import
+    m.window_cpu = num("cpu") + num("cpu_children");
     if (!res.ok() || kv.empty() || num("converged") != o_.proxies) {
       m.error = "exit " + std::to_string(res.exit_code) + (res.timed_out ? " (timed out)" : "")
                 + ": " + testbed::detail::tail(res.output, 12);
       return m;
     }
     m.seconds = num("wall");
-    char buf[320];
+    char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "process %.2f s%s; mean ms per call: open %.0f, lookup %.2f, define %.2f,"
-                  " create %.2f, addresses %.2f (x%.0f)",
+                  "process %.2f s%s; own CPU in the window %.3f s (%.2f ms per proxy:"
+                  " the script %.3f s, its children %.3f s); mean ms per call: open %.0f,"
+                  " lookup %.2f, define %.2f, create %.2f, addresses %.2f (x%.0f)",
                   process_s,
                   connect == "before"
                     ? (", opened before the clock in " + std::to_string(num("open_wall")).substr(0, 5)
                        + " s").c_str()
                     : "",
-                  num("open_ms"), num("lookup_ms"), num("define_ms"),
+                  m.window_cpu, m.window_cpu / o_.proxies * 1000, num("cpu"),
+                  num("cpu_children"), num("open_ms"), num("lookup_ms"), num("define_ms"),
                   num("create_ms"), num("addresses_ms"), num("addresses_n"));
     m.note = buf;
     if (auto wrong = s_.misplaced(o_.proxies); !wrong.empty())
@@ -1024,6 +1094,19 @@ public:
   }
 
 private:
+  // The engine's CPU per status answer (the fleet's side; the caller's is
+  // the harness's), over `n` polls of a converged, quiet engine: what the
+  // harness's polls during convergence cost the engine, to take out.
+  double status_cpu(egress::engine& eng, int n = 20) const {
+    own_cpu_meter meter{s_.relay()};
+    for (int i = 0; i < n; ++i) {
+      meter.harness_begin();
+      (void) eng.status();
+      meter.harness_end();
+    }
+    return std::max(0.0, meter.seconds() / n);
+  }
+
   struct cpu_sample {
     double tree = 0;   // this process and every descendant, live and reaped
     double server = 0; // the daemons' trees
@@ -1087,6 +1170,55 @@ void print(const measurement& m) {
   std::printf("  %-18s %6.3f s  CPU client %5.2f s, server %5.2f s, relay %4.2f s  (%s)\n",
               m.label.c_str(), m.seconds, m.client_cpu, m.server_cpu, m.relay_cpu,
               m.note.c_str());
+}
+
+using step_results = std::map<std::string, std::vector<measurement>>;
+
+// The median of `field` over the runs of `label` that converged.
+template <class Field>
+double median_of(const step_results& res, const std::string& label, Field field) {
+  std::vector<double> xs;
+  if (auto it = res.find(label); it != res.end())
+    for (auto& m : it->second)
+      if (m.ok())
+        xs.push_back(field(m));
+  return median(xs);
+}
+
+// What the engine controls (its own CPU, the daemons' left out), per
+// converged proxy, in milliseconds.
+double own_ms_per_proxy(const measurement& m, int proxies) {
+  return m.window_cpu / proxies * 1000;
+}
+
+double median_own_ms(const step_results& res, const std::string& label, int proxies) {
+  return median_of(res, label, [proxies](const measurement& m) {
+    return own_ms_per_proxy(m, proxies);
+  });
+}
+
+// One line: the engine's own CPU per converged proxy, each pool's of one
+// transport and connect mode, and engine/pool (< 1: the engine spends less).
+void print_own_cpu(const step_results& res, const options& o, double rtt,
+                   const std::string& transport, const std::string& connect) {
+  double e = median_own_ms(res, engine_label(connect), o.proxies);
+  std::printf("  RTT %5g ms  %-8s %s  engine %5.2f ms", rtt, transport.c_str(),
+              connect == "before" ? "warm" : "cold", e);
+  for (auto w : o.workers) {
+    double p = median_own_ms(res, python_label(transport, w, connect), o.proxies);
+    std::printf("  py%d %5.2f ms (engine/py%d %5.2fx)", w, p, w, p > 0 ? e / p : 0);
+  }
+  std::printf("\n");
+}
+
+// What the client's own CPU counts, said once with the figures.
+void print_own_cpu_legend() {
+  std::printf("  (own CPU: from the clock's start to convergence, per converged proxy; the"
+              " engine: this process, every thread, minus the relays' threads and the"
+              " harness's status polls (its thread, and the fleet's answers at their"
+              " measured cost); a pool: the script's process, every thread, and its"
+              " descendants (ssh: the OpenSSH clients libvirt runs; libssh2: none); the"
+              " daemons (libvirtd, sshd) on neither side)\n");
 }
 
 std::string versions() {
@@ -1316,7 +1448,10 @@ int main(int argc, char** argv) {
       return false;
     };
     std::vector<std::string> latencies(nr);
-    figures csv{"rtt_ms", "path", "seconds", "client_cpu_s", "server_cpu_s"};
+    auto wcpu = [](const measurement& m) { return m.window_cpu; };
+    figures csv{"rtt_ms",         "path",          "seconds",
+                "client_cpu_s",   "server_cpu_s",  "own_cpu_s",
+                "own_ms_per_proxy", "engine_own_ratio"};
     for (size_t ri = 0; ri < nr; ++ri) {
       auto& res = results[ri];
       auto med = [&](const std::string& label, auto field) {
@@ -1343,9 +1478,14 @@ int main(int argc, char** argv) {
       };
       for (auto& [label, fn] : steps) {
         (void) fn;
+        // engine_own_ratio: the engine's own CPU per proxy over this path's
+        // (the engine run warm or cold as the path; 1 on the engine's rows).
+        double own = median_own_ms(res, label, o.proxies);
+        double engine_own = median_own_ms(res, engine_of(label), o.proxies);
         csv.row({figures::cell(o.rtts[ri]), figures::cell(label),
                  figures::cell(med(label, secs)), figures::cell(med(label, ccpu)),
-                 figures::cell(med(label, scpu))});
+                 figures::cell(med(label, scpu)), figures::cell(med(label, wcpu)),
+                 figures::cell(own), figures::cell(own > 0 ? engine_own / own : 0)});
       }
       std::printf("\n==== RTT %g ms: %d proxies, %d hosts, poll %d ms: median of %d run(s) ====\n",
                   o.rtts[ri], o.proxies, o.hosts, o.poll_ms, o.runs);
@@ -1383,6 +1523,12 @@ int main(int argc, char** argv) {
             }
             std::printf("\n");
           }
+        std::printf("  the client's own CPU per converged proxy at RTT %g ms (medians):\n",
+                    o.rtts[ri]);
+        for (auto& c : connects)
+          for (auto& t : o.transports)
+            if (has(python_label(t, o.workers[0], c)) && has(engine_label(c)))
+              print_own_cpu(res, o, o.rtts[ri], t, c);
       }
       s.relay().set_rtt_ms(o.rtts[ri]);
       latencies[ri] = b.latency(200);
@@ -1418,6 +1564,15 @@ int main(int argc, char** argv) {
             std::printf("\n");
           }
         }
+      std::printf("\n==== summary: the client's own CPU per converged proxy and engine/python"
+                  " ratios per RTT (medians, %d run(s)) ====\n",
+                  o.runs);
+      print_own_cpu_legend();
+      for (auto& c : connects)
+        for (auto& t : o.transports)
+          if (has(python_label(t, o.workers[0], c)) && has(engine_label(c)))
+            for (size_t ri = 0; ri < nr; ++ri)
+              print_own_cpu(results[ri], o, o.rtts[ri], t, c);
     }
     auto live_before = s.relay().live(); // the engine's links are stopped; the script exited
     auto stop_t = clock_type::now();
