@@ -31,36 +31,27 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
-#include <filesystem>
-
 #include <caf/actor_system_config.hpp>
-#include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
-#include <caf/openssl/remote_actor.hpp>
-#include <caf/binary_serializer.hpp>
-#include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "base/log.hpp"
 #include "messages/actors.hpp"
 #include "messages/error.hpp"
-#include "providers/crypto/identity.hpp"
 #include "runtime/engine.hpp"
 
-extern char** environ;
+#include "inspect_client.hpp"
 
 using namespace std::chrono;
+using egress::test::identity_dir;
 
 namespace {
 
@@ -82,67 +73,6 @@ double median(std::vector<double> xs) {
 
 double maximum(const std::vector<double>& xs) {
   return xs.empty() ? 0 : *std::max_element(xs.begin(), xs.end());
-}
-
-/// caf-shell lives in the same build directory as this binary.
-std::string shell_path() {
-  std::string self(4096, '\0');
-  auto len = ::readlink("/proc/self/exe", self.data(), self.size());
-  if (len <= 0)
-    return "caf-shell";
-  self.resize(static_cast<size_t>(len));
-  return self.substr(0, self.rfind('/') + 1) + "caf-shell";
-}
-
-// The inspector speaks TLS only (docs/spec.md 24): the bench makes an
-// identity of its own, presented by both of its systems and by caf-shell.
-std::string identity_dir() {
-  static const std::string dir = "/tmp/egress-bench-inspect-" + std::to_string(::getpid());
-  return dir;
-}
-
-caf::actor_system_config& quiet(caf::actor_system_config& cfg) {
-  egress::configure(cfg);
-  cfg.load<caf::io::middleman>();
-  auto id = egress::crypto::ensure_identity(identity_dir());
-  if (!id) {
-    std::fprintf(stderr, "identity: %s\n", egress::render(id.error()).c_str());
-    std::exit(1);
-  }
-  cfg.load<caf::openssl::manager>();
-  cfg.openssl_certificate = id->certificate;
-  cfg.openssl_key = id->key;
-  cfg.openssl_cafile = id->ca;
-  cfg.set("logger.file-verbosity", caf::atom("quiet"));
-  cfg.set("logger.console-verbosity", caf::atom("quiet"));
-  return cfg;
-}
-
-/// Runs argv with stdout on /dev/null; returns the exit code (-1: no start).
-int run_quiet(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0)
-    return -1;
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid)
-    return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/// "ok 0.4 ms" -> 0.4; -1 for anything else ("no reply ...", "ended ...").
-double probe_ms(const std::string& liveness) {
-  if (liveness.rfind("ok ", 0) != 0)
-    return -1;
-  return std::atof(liveness.c_str() + 3);
 }
 
 struct fleet_figures {
@@ -252,49 +182,28 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
   }
 
   // (a) A second actor system in this process, over the middleman.
-  {
-    auto insp = caf::openssl::remote_actor<egress::node_actor>(client, "127.0.0.1", *port);
-    if (!insp) {
-      std::fprintf(stderr, "remote_actor: %s\n", client.render(insp.error()).c_str());
-      out.ok = false;
-    } else {
-      if (insp->node() == client.node())
-        std::fprintf(stderr, "warning: the inspector resolved to a local actor\n");
-      for (int i = 0; i < client_runs; ++i) {
-        std::vector<egress::actor_row> xs;
-        caf::error failed;
-        auto q0 = steady_clock::now();
-        {
-          caf::scoped_actor self{client};
-          // No secret is configured here: any token passes (the shell's
-          // hello costs two more round trips, once per process).
-          self->request(*insp, seconds(5), egress::atom::ls_v, std::string{}, std::string{"proxy"},
-                        false)
-            .receive([&](std::vector<egress::actor_row>& r) { xs = std::move(r); },
-                     [&](caf::error& err) { failed = std::move(err); });
-        }
-        out.client.push_back(ms(steady_clock::now() - q0));
-        if (xs.size() != n) {
-          std::fprintf(stderr, "%s: ls %d over the middleman incomplete (%zu entries%s%s)\n",
-                       prefix.c_str(), i, xs.size(), failed ? ": " : "",
-                       failed ? client.render(failed).c_str() : "");
-          out.ok = false;
-        }
-        if (i == client_runs - 1) {
-          out.answer_entries = xs.size();
-          out.not_ok = 0;
-          out.slowest_probe_ms = 0;
-          for (auto& e : xs) {
-            auto p = probe_ms(e.liveness);
-            if (p < 0)
-              ++out.not_ok;
-            out.slowest_probe_ms = std::max(out.slowest_probe_ms, p);
-          }
-          std::vector<char> buf;
-          caf::binary_serializer sink{client, buf};
-          if (!sink(xs))
-            out.answer_bytes = buf.size();
-        }
+  if (auto node = egress::test::dial_node(client, *port); !node) {
+    std::fprintf(stderr, "remote_actor: %s\n", client.render(node.error()).c_str());
+    out.ok = false;
+  } else {
+    if (node->node() == client.node())
+      std::fprintf(stderr, "warning: the inspector resolved to a local actor\n");
+    for (int i = 0; i < client_runs; ++i) {
+      auto a = egress::test::ls_through(client, *node, "proxy");
+      out.client.push_back(a.ms);
+      if (a.rows.size() != n) {
+        std::fprintf(stderr, "%s: ls %d over the middleman incomplete (%zu entries%s%s)\n",
+                     prefix.c_str(), i, a.rows.size(), a.failed ? ": " : "",
+                     a.failed ? client.render(a.failed).c_str() : "");
+        out.ok = false;
+      }
+      if (i == client_runs - 1) {
+        out.answer_entries = a.rows.size();
+        out.not_ok = egress::test::not_ok(a.rows);
+        out.slowest_probe_ms = 0;
+        for (auto& e : a.rows)
+          out.slowest_probe_ms = std::max(out.slowest_probe_ms, egress::test::probe_ms(e.liveness));
+        out.answer_bytes = egress::test::serialized_bytes(client, a.rows);
       }
     }
   }
@@ -303,7 +212,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
   auto target = "127.0.0.1:" + std::to_string(*port);
   for (int i = 0; i < shell_runs; ++i) {
     auto q0 = steady_clock::now();
-    int rc = run_quiet({shell, target, "-c", "ls proxies", "--json", "--identity=" + identity_dir()});
+    int rc = egress::test::run_quiet({shell, target, "-c", "ls proxies", "--json", "--identity=" + identity_dir()});
     out.shell.push_back(ms(steady_clock::now() - q0));
     if (rc != 0) {
       std::fprintf(stderr, "%s: %s exited with %d\n", prefix.c_str(), shell.c_str(), rc);
@@ -313,7 +222,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
   // (c) The same for a person: the table, no JSON.
   for (int i = 0; i < shell_runs; ++i) {
     auto q0 = steady_clock::now();
-    int rc = run_quiet({shell, target, "-c", "ls proxies", "--identity=" + identity_dir()});
+    int rc = egress::test::run_quiet({shell, target, "-c", "ls proxies", "--identity=" + identity_dir()});
     out.table.push_back(ms(steady_clock::now() - q0));
     if (rc != 0) {
       std::fprintf(stderr, "%s: %s exited with %d\n", prefix.c_str(), shell.c_str(), rc);
@@ -364,18 +273,18 @@ int main(int argc, char** argv) {
       poll_ms = std::stol(argv[i + 1]);
   }
   egress::log::set_level(egress::log::level::error);
-  auto shell = shell_path();
+  auto shell = egress::test::shell_path();
   if (::access(shell.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "no caf-shell at %s (build the caf-shell target)\n", shell.c_str());
     return 1;
   }
   caf::actor_system_config cfg;
-  caf::actor_system sys{quiet(cfg)};
+  caf::actor_system sys{egress::test::with_tls(cfg)};
   fleet_figures lo;
   fleet_figures hi;
   {
     caf::actor_system_config client_cfg;
-    caf::actor_system client{quiet(client_cfg)};
+    caf::actor_system client{egress::test::with_tls(client_cfg)};
     lo = measure(sys, client, small, poll_ms, "small", shell);
     if (lo.ok)
       hi = measure(sys, client, n, poll_ms, "large", shell);

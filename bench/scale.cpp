@@ -1,39 +1,71 @@
-// bench/scale: N proxies on libvirt's in-process test driver.
+// bench/scale: N proxies over H hosts of libvirt's in-process test driver:
+// from start to converged, at rest, listed, scraped and reloaded.
 //
 //   bench-scale [--proxies N] [--hosts H] [--poll-ms P] [--rest-s S]
+//               [--compare-to M]
 //   bench-scale --groups [--proxies N] [--hosts H]
 //
-// Prints: time to converge (every proxy running with an address), peak RSS
-// per proxy (the in-process test driver's domains included), the heap in
-// use per proxy at rest split into the test driver's domain (measured alone
-// before the engine starts: that memory is libvirtd's on a real host) and
-// the engine's own, the time to answer a status query for all proxies (median and
-// max of 20), the engine's CPU at rest: the process's CPU time over S
-// seconds (default 20) after convergence, in cores, with the read-backs and
-// bulk reads it did meanwhile (libvirt calls per second per host), and how
-// long a domain destroyed out of band takes to leave the rotation: the
-// engine (libvirt's event) against a loop that reads the domain's state
-// every P ms, as a poller would (today's poll-interval), side by side in
-// five rounds. No assertions: figures only.
+// H defaults to one host per 100 proxies (100,000 over 1,000). Host hv0 is
+// test:///default, which the bench holds open as well: the test driver's
+// memory per domain is measured there before the engine starts, and the
+// out-of-band destroys below go through it. Every other host is
+// test:///<this tree>/config/testnode.xml: the test driver gives each
+// connection to a file URI a state of its own, and a link opens one
+// connection to the test driver (plan_calls in
+// actors/parts/transport_choice.cpp), so each such host holds and reports
+// only its own domains, as a host's libvirtd does. Were they all on the one
+// test:///default, every link would get every domain's events and
+// bulk-read every domain: H times a fleet's traffic (docs/notes/scale.md).
+//
+// Prints, in this order:
+//   - time to converge: from the engine's start until every proxy is
+//     running with an address (bench/rotation_log.hpp: the probes are off,
+//     so a proxy joins the rotation on that alone);
+//   - with --compare-to M: M proxies over H*M/N hosts converged in a
+//     process of its own, run first (nothing of it stays in this one's
+//     memory), and this run's time against linear growth from it;
+//   - peak RSS per proxy, and the heap in use at rest per proxy split into
+//     the test driver's domains, the test driver's hosts (both measured
+//     alone before the engine starts: libvirtd's memory on a real host) and
+//     the engine's own;
+//   - a status query of the whole fleet (median and max of 20);
+//   - CPU at rest: the process's CPU time over S seconds (default 20) after
+//     convergence, in cores, with the read-backs and bulk reads meanwhile;
+//   - a domain destroyed out of band leaving the rotation: the engine
+//     (libvirt's event) against a loop reading its state every P ms
+//     (median of 5);
+//   - `ls proxies` as caf-shell asks it: the node actor published over TLS
+//     on 127.0.0.1 and asked from a second actor system through the
+//     middleman (median and max of 5; rows, serialized size, probes without
+//     "ok"), then the caf-shell process itself with --json (median of 3);
+//   - a metrics scrape: GET /metrics from the engine's metrics endpoint
+//     (time and size, median of 5);
+//   - a reload that changes 1% of the proxies (memory-mib of every
+//     hundredth proxy of each host): the fleet's answer, the time until
+//     each changed proxy is back in the rotation on a new VM, and how many
+//     of the other 99% were touched (a rotation move, a new VM, or not
+//     running after).
+// Figures only, no assertions (exit 1 if the fleet does not converge).
 //
 // With --groups: the same N proxies over H hosts declared by hand, then as
 // one group of N members on the H hosts, each from start to every proxy
 // running, side by side in one run (the ratio is the cost of the engine
 // placing them: the hosts' surveys, then place()), and place() alone over
-// that shape (median of 5).
+// that shape (median of 5). These hosts all share test:///default, as when
+// docs/notes/placement.md's figures were taken.
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
-#include <random>
 #include <vector>
 
 #include <malloc.h>
@@ -41,18 +73,63 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/openssl/publish.hpp>
 
+#include "actors/metrics_server.hpp"
 #include "actors/parts/placement.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/domains.hpp"
 #include "runtime/engine.hpp"
+#include "testbed/http_get.hpp"
 
 #include "figures.hpp"
+#include "inspect_client.hpp"
+#include "rotation_log.hpp"
 
 using namespace std::chrono;
+using egress::test::rotation_log;
 
 namespace {
+
+constexpr auto converge_limit = minutes(15);
+
+struct options {
+  size_t n = 10000;
+  size_t hosts = 0; // 0: n / 100
+  long poll_ms = 2000;
+  long rest_s = 20;
+  size_t compare_to = 0;
+  bool groups = false;
+  bool converge_only = false; // the --compare-to run, in its own process
+};
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&] { return i + 1 < argc ? std::string{argv[++i]} : std::string{"0"}; };
+    if (a == "--groups")
+      o.groups = true;
+    else if (a == "--converge-only")
+      o.converge_only = true;
+    else if (a == "--proxies")
+      o.n = std::stoul(value());
+    else if (a == "--hosts")
+      o.hosts = std::stoul(value());
+    else if (a == "--poll-ms")
+      o.poll_ms = std::stol(value());
+    else if (a == "--rest-s")
+      o.rest_s = std::stol(value());
+    else if (a == "--compare-to")
+      o.compare_to = std::stoul(value());
+  }
+  if (o.hosts == 0)
+    o.hosts = std::max<size_t>(1, o.n / 100);
+  return o;
+}
+
+// -- memory, CPU, time ----------------------------------------------------------------
 
 long rss_kib(const char* field) {
   std::ifstream in{"/proc/self/status"};
@@ -70,6 +147,46 @@ double heap_in_use() {
   return double(m.uordblks) + double(m.hblkhd);
 }
 
+double ms(steady_clock::duration d) {
+  return duration_cast<microseconds>(d).count() / 1000.0;
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty())
+    return -1;
+  std::sort(xs.begin(), xs.end());
+  return xs[xs.size() / 2];
+}
+
+double maximum(const std::vector<double>& xs) {
+  return xs.empty() ? -1 : *std::max_element(xs.begin(), xs.end());
+}
+
+// -- the test driver's hosts --------------------------------------------------------
+
+// A state of its own per connection (see the header).
+std::string private_driver_uri() {
+  return std::string{"test://"} + EGRESS_SOURCE_DIR + "/config/testnode.xml";
+}
+
+enum class drivers { shared, one_per_host };
+
+egress::domain_spec driver_domain(const std::string& name) {
+  egress::domain_spec d;
+  d.name = name;
+  d.domain_type = "test";
+  d.network = "default";
+  d.mark = {name, "2026-01-01T00:00:00Z", "driver", std::string(64, '0'), {}, "hv0", {}, 0};
+  return d;
+}
+
 // What the in-process test driver holds per running domain of a proxy's
 // shape: `k` defined and started on their own, measured, then deleted.
 double driver_bytes_per_domain(size_t k) {
@@ -78,12 +195,7 @@ double driver_bytes_per_domain(size_t k) {
     return 0;
   auto h0 = heap_in_use();
   for (size_t i = 0; i < k; ++i) {
-    egress::domain_spec d;
-    d.name = "driver-" + std::to_string(i);
-    d.domain_type = "test";
-    d.network = "default";
-    d.mark = {"driver-" + std::to_string(i), "2026-01-01T00:00:00Z", "driver",
-              std::string(64, '0'), {}, "hv0", {}, 0};
+    auto d = driver_domain("driver-" + std::to_string(i));
     if (auto r = egress::lv::define_and_start(**c, d, {}); !r) {
       std::fprintf(stderr, "define %s: %s\n", d.name.c_str(), egress::render(r.error()).c_str());
       return 0;
@@ -95,16 +207,103 @@ double driver_bytes_per_domain(size_t k) {
   return per;
 }
 
-double ms(steady_clock::duration d) {
-  return duration_cast<microseconds>(d).count() / 1000.0;
+// What the test driver holds per host of its own, empty: `k` private
+// drivers opened alone, measured, closed.
+double driver_bytes_per_host(size_t k) {
+  std::vector<egress::lv::connection_ptr> open;
+  auto h0 = heap_in_use();
+  for (size_t i = 0; i < k; ++i)
+    if (auto c = egress::lv::connection::open(private_driver_uri()))
+      open.push_back(std::move(*c));
+  return open.empty() ? 0 : (heap_in_use() - h0) / double(open.size());
 }
 
-double cpu_seconds() {
-  rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto s = [](const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; };
-  return s(ru.ru_utime) + s(ru.ru_stime);
+egress::engine_config fleet_on(const std::string& entry, size_t hosts, long poll_ms,
+                               drivers d) {
+  egress::engine_config ec;
+  ec.entry = entry;
+  ec.poll_interval = milliseconds(poll_ms);
+  ec.probe.mode = "off";
+  ec.gc = false;
+  for (size_t h = 0; h < hosts; ++h) {
+    egress::host_config hc;
+    hc.name = "hv" + std::to_string(h);
+    hc.uri = h == 0 || d == drivers::shared ? "test:///default" : private_driver_uri();
+    hc.domain_type = "test";
+    hc.network = "default";
+    hc.address_sources = {"lease"};
+    ec.hosts.push_back(hc);
+  }
+  return ec;
 }
+
+// px-i on hv(i mod hosts).
+void declare_by_hand(egress::engine_config& ec, size_t n, size_t hosts) {
+  for (size_t i = 0; i < n; ++i) {
+    egress::proxy_spec p;
+    p.name = "px-" + std::to_string(i);
+    p.host = "hv" + std::to_string(i % hosts);
+    p.network = "default";
+    ec.proxies.push_back(p);
+  }
+}
+
+// -- converging -------------------------------------------------------------------
+
+// Until the rotation holds `n` (see bench/rotation_log.hpp): the time from
+// `t0` to the event that made it so; negative past converge_limit.
+double seconds_to_converge(rotation_log& log, steady_clock::time_point t0, size_t n) {
+  bool all = log.wait_until([n](const rotation_log& l) { return l.size() >= n; },
+                            t0 + converge_limit);
+  if (!all) {
+    std::fprintf(stderr, "did not converge in %ld min (%u/%zu in the rotation)\n",
+                 long(duration_cast<minutes>(converge_limit).count()),
+                 log.read([](const rotation_log& l) { return l.size(); }), n);
+    return -1;
+  }
+  return ms(log.read([](const rotation_log& l) { return l.sized_at(); }) - t0) / 1000.0;
+}
+
+// From start to `n` proxies running; the engine is stopped after.
+double converge_s(caf::actor_system& sys, const egress::engine_config& ec, size_t n) {
+  auto t0 = steady_clock::now();
+  auto eng = egress::engine::start(sys, ec);
+  if (!eng) {
+    std::fprintf(stderr, "start failed: %s\n", egress::render(eng.error()).c_str());
+    return -1;
+  }
+  auto [log, follower] = egress::test::follow(sys, *eng);
+  auto out = seconds_to_converge(*log, t0, n);
+  caf::anon_send_exit(follower, caf::exit_reason::user_shutdown);
+  if (auto err = eng->stop(seconds(120)))
+    std::fprintf(stderr, "stop: %s\n", egress::render(err).c_str());
+  return out;
+}
+
+std::string self_path() {
+  std::string self(4096, '\0');
+  auto len = ::readlink("/proc/self/exe", self.data(), self.size());
+  self.resize(len > 0 ? static_cast<size_t>(len) : 0);
+  return self;
+}
+
+// --compare-to: the smaller fleet converges in a child process of this
+// binary, so that neither run's memory or threads are in the other's.
+double converge_elsewhere(size_t n, size_t hosts, long poll_ms) {
+  auto cmd = self_path() + " --converge-only --proxies " + std::to_string(n) + " --hosts "
+             + std::to_string(hosts) + " --poll-ms " + std::to_string(poll_ms);
+  std::FILE* child = ::popen(cmd.c_str(), "r");
+  if (child == nullptr)
+    return -1;
+  double out = -1;
+  char line[256];
+  while (std::fgets(line, sizeof line, child) != nullptr)
+    if (std::strncmp(line, "converge_s ", 11) == 0)
+      out = std::atof(line + 11);
+  return ::pclose(child) == 0 ? out : -1;
+}
+
+// -- at rest ----------------------------------------------------------------------
 
 uint64_t read_backs(const egress::fleet_status& st) {
   uint64_t n = 0;
@@ -120,21 +319,32 @@ uint64_t bulk_reads(const egress::fleet_status& st) {
   return n;
 }
 
-// When each proxy left the rotation, as the fleet announces it.
-struct departures {
-  std::mutex mtx;
-  std::map<std::string, steady_clock::time_point> at;
+struct rest_figures {
+  double cores = 0;
+  double calls_per_s_host = 0;
+  double reads = 0;
+  double bulks = 0;
 };
 
-egress::rotation_events_actor::behavior_type
-record_departures(egress::rotation_events_actor::pointer, std::shared_ptr<departures> d) {
-  return {[d](egress::rotation_event& e) {
-    if (e.joined)
-      return;
-    std::lock_guard<std::mutex> guard{d->mtx};
-    d->at.emplace(e.proxy, steady_clock::now());
-  }};
+// S seconds of nothing asked of the engine; a read-back is 4 libvirt
+// calls (lookup, state, mark, addresses), a bulk read is one.
+rest_figures rest(egress::engine& eng, long rest_s, size_t hosts) {
+  auto before = eng.status(seconds(60));
+  std::fprintf(stderr, "at rest for %ld s (pid %d)\n", rest_s, int(::getpid()));
+  auto cpu0 = cpu_seconds();
+  auto r0 = steady_clock::now();
+  std::this_thread::sleep_for(seconds(rest_s));
+  double real = ms(steady_clock::now() - r0) / 1000.0;
+  rest_figures out;
+  out.cores = (cpu_seconds() - cpu0) / real;
+  auto after = eng.status(seconds(60));
+  out.reads = before && after ? double(read_backs(*after) - read_backs(*before)) : -1;
+  out.bulks = before && after ? double(bulk_reads(*after) - bulk_reads(*before)) : -1;
+  out.calls_per_s_host = (4 * out.reads + out.bulks) / real / double(hosts);
+  return out;
 }
+
+// -- a domain destroyed out of band -------------------------------------------------
 
 // A poller: reads `name`'s state every `every` on its own connection until
 // it is not running; returns when it saw that.
@@ -155,28 +365,40 @@ struct destroy_figures {
   double poll_ms;
 };
 
-// Five domains destroyed out of band, one at a time, each at a random point
-// of the poller's period; the medians of both. The poller watches a domain
-// of its own destroyed at the same instant (the engine starts its own again
-// within a millisecond or so: a poller would never see it stopped).
-destroy_figures destroy_out_of_band(caf::actor_system& sys, egress::engine& eng,
-                                    milliseconds poll_every) {
-  auto d = std::make_shared<departures>();
-  auto rec = sys.spawn(record_departures, d);
-  caf::anon_send(eng.fleet(), egress::atom::subscribe_v, rec);
+// When `name` first left the rotation after `t0` (time_point{} if it did
+// not within 30 s).
+steady_clock::time_point left_after(rotation_log& log, const std::string& name,
+                                    steady_clock::time_point t0) {
+  steady_clock::time_point left{};
+  log.wait_until(
+    [&](const rotation_log& l) {
+      if (auto* ms = l.moves_of(name))
+        for (auto& m : *ms)
+          if (!m.joined && m.at >= t0) {
+            left = m.at;
+            return true;
+          }
+      return false;
+    },
+    t0 + seconds(30));
+  return left;
+}
+
+// Five domains of hv0 (the host the bench shares: px-0, px-H, ...)
+// destroyed out of band, one at a time, each at a random point of the
+// poller's period; the medians of both. The poller watches a domain of its
+// own destroyed at the same instant (the engine starts its own again within
+// a millisecond or so: a poller would never see it stopped).
+destroy_figures destroy_out_of_band(rotation_log& log, milliseconds poll_every, size_t hosts) {
+  log.record_moves(true);
   auto witness = egress::lv::connection::open("test:///default");
   std::vector<double> engine_ms, poll_ms;
   std::minstd_rand rng{42};
-  for (int i = 0; i < 5; ++i) {
-    auto name = "px-" + std::to_string(i);
-    egress::domain_spec polled_domain;
-    polled_domain.name = "polled-" + std::to_string(i);
-    polled_domain.domain_type = "test";
-    polled_domain.network = "default";
+  for (size_t i = 0; i < 5; ++i) {
+    auto name = "px-" + std::to_string(i * hosts);
+    auto polled_domain = driver_domain("polled-" + std::to_string(i));
     polled_domain.vcpus = 1;
     polled_domain.memory_mib = 64;
-    polled_domain.mark = {"poller-" + std::to_string(i), "2026-01-01T00:00:00Z", "poller",
-                          std::string(64, '0'), {}, "hv0", {}, 0};
     if (witness)
       if (auto r = egress::lv::define_and_start(**witness, polled_domain); !r)
         std::fprintf(stderr, "define %s: %s\n", polled_domain.name.c_str(),
@@ -200,84 +422,211 @@ destroy_figures destroy_out_of_band(caf::actor_system& sys, egress::engine& eng,
     }
     poller.join();
     (void)egress::lv::delete_domain(**witness, polled_domain.name);
-    steady_clock::time_point left;
-    for (auto deadline = t0 + seconds(30); steady_clock::now() < deadline;) {
-      std::lock_guard<std::mutex> guard{d->mtx};
-      if (auto j = d->at.find(name); j != d->at.end()) {
-        left = j->second;
-        break;
-      }
-    }
+    auto left = left_after(log, name, t0);
     engine_ms.push_back(left == steady_clock::time_point{} ? -1 : ms(left - t0));
     poll_ms.push_back(ms(polled - t0));
   }
-  caf::anon_send_exit(rec, caf::exit_reason::user_shutdown);
-  std::sort(engine_ms.begin(), engine_ms.end());
-  std::sort(poll_ms.begin(), poll_ms.end());
-  return {engine_ms[2], poll_ms[2]};
+  log.record_moves(false);
+  return {median(engine_ms), median(poll_ms)};
 }
 
-} // namespace
+// -- ls proxies, as caf-shell ---------------------------------------------------------
 
-// From start to `n` proxies running; the engine is stopped after.
-double converge_s(caf::actor_system& sys, const egress::engine_config& ec, size_t n) {
-  auto t0 = steady_clock::now();
-  auto eng = egress::engine::start(sys, ec);
-  if (!eng) {
-    std::fprintf(stderr, "start failed: %s\n", egress::render(eng.error()).c_str());
-    return -1;
+struct ls_figures {
+  std::vector<double> client_ms; // through the middleman, answered in full
+  size_t failures = 0;           // answers that failed or came short
+  std::string failure;           // the last failure's text
+  size_t rows = 0;
+  size_t bytes = 0;
+  size_t not_ok = 0;             // rows whose liveness probe did not answer "ok"
+  std::vector<double> shell_ms;  // the caf-shell process, --json
+  int shell_rc = 0;              // the last nonzero exit of caf-shell
+};
+
+void list_from_client(ls_figures& out, caf::actor_system& client, uint16_t port, size_t n) {
+  auto node = egress::test::dial_node(client, port);
+  if (!node) {
+    out.failure = client.render(node.error());
+    ++out.failures;
+    return;
   }
-  for (;;) {
-    if (auto st = eng->status(seconds(30))) {
-      auto running = std::count_if(st->proxies.begin(), st->proxies.end(), [](auto& p) {
-        return p.phase == egress::proxy_phase::running;
-      });
-      if (static_cast<size_t>(running) == n)
-        break;
+  for (int i = 0; i < 5; ++i) {
+    auto a = egress::test::ls_through(client, *node, "proxy");
+    if (a.failed || a.rows.size() != n) {
+      ++out.failures;
+      out.failure = a.failed ? client.render(a.failed)
+                             : std::to_string(a.rows.size()) + " of " + std::to_string(n) + " rows";
+      continue;
     }
-    if (steady_clock::now() - t0 > minutes(10)) {
-      std::fprintf(stderr, "%s did not converge in 10 min\n", ec.entry.c_str());
-      return -1;
-    }
-    std::this_thread::sleep_for(milliseconds(50));
+    out.client_ms.push_back(a.ms);
+    out.rows = a.rows.size();
+    out.not_ok = egress::test::not_ok(a.rows);
+    out.bytes = egress::test::serialized_bytes(client, a.rows);
   }
-  auto out = ms(steady_clock::now() - t0) / 1000.0;
-  if (auto err = eng->stop(seconds(60)))
-    std::fprintf(stderr, "stop: %s\n", egress::render(err).c_str());
+}
+
+void list_from_shell(ls_figures& out, uint16_t port) {
+  auto shell = egress::test::shell_path();
+  if (::access(shell.c_str(), X_OK) != 0)
+    return;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = steady_clock::now();
+    int rc = egress::test::run_quiet({shell, "127.0.0.1:" + std::to_string(port), "-c",
+                                      "ls proxies", "--json",
+                                      "--identity=" + egress::test::identity_dir()});
+    if (rc == 0)
+      out.shell_ms.push_back(ms(steady_clock::now() - t0));
+    else
+      out.shell_rc = rc;
+  }
+}
+
+// What caf-run publishes: the node actor, which asks the inspector.
+ls_figures list_proxies(caf::actor_system& sys, caf::actor_system& client,
+                        const egress::engine& eng, size_t n) {
+  ls_figures out;
+  auto port = caf::openssl::publish(eng.node(), 0, "127.0.0.1", true);
+  if (!port) {
+    out.failure = sys.render(port.error());
+    ++out.failures;
+    return out;
+  }
+  list_from_client(out, client, *port, n);
+  list_from_shell(out, *port);
+  sys.middleman().unpublish(eng.node(), *port);
   return out;
 }
 
-egress::engine_config fleet_on(const std::string& entry, size_t hosts, long poll_ms) {
-  egress::engine_config ec;
-  ec.entry = entry;
-  ec.poll_interval = milliseconds(poll_ms);
-  ec.probe.mode = "off";
-  ec.gc = false;
-  for (size_t h = 0; h < hosts; ++h) {
-    egress::host_config hc;
-    hc.name = "hv" + std::to_string(h);
-    hc.uri = "test:///default";
-    hc.domain_type = "test";
-    hc.network = "default";
-    hc.address_sources = {"lease"};
-    ec.hosts.push_back(hc);
+// -- a metrics scrape ---------------------------------------------------------------
+
+struct scrape_figures {
+  std::vector<double> ms;
+  size_t bytes = 0;
+  size_t samples = 0; // lines that are not comments
+  int status = 0;     // the last HTTP status
+};
+
+// Lines of the exposition that are not comments (# HELP, # TYPE).
+size_t samples_in(const std::string& text) {
+  size_t n = 0;
+  for (size_t at = 0; at < text.size();) {
+    auto end = text.find('\n', at);
+    n += text[at] != '#' ? 1 : 0;
+    at = end == std::string::npos ? text.size() : end + 1;
   }
-  return ec;
+  return n;
 }
 
-// --groups: by hand against as a group, and place() alone.
+scrape_figures scrape(caf::actor_system& sys, const egress::engine& eng) {
+  scrape_figures out;
+  auto server = egress::start_metrics_server(sys, eng.fleet(), "127.0.0.1", 0);
+  if (!server) {
+    std::fprintf(stderr, "metrics server: %s\n", egress::render(server.error()).c_str());
+    return out;
+  }
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = steady_clock::now();
+    auto [status, body] = egress::test::http_get(server->second, "/metrics", seconds(30));
+    out.status = status;
+    if (status != 200)
+      continue;
+    out.ms.push_back(ms(steady_clock::now() - t0));
+    out.bytes = body.size();
+    out.samples = samples_in(body);
+  }
+  caf::anon_send_exit(server->first, caf::exit_reason::user_shutdown);
+  return out;
+}
+
+// -- a reload that changes 1% -------------------------------------------------------
+
+struct reload_figures {
+  size_t changed = 0;
+  double apply_ms = -1;     // engine::reload's answer
+  double converge_s = -1;   // the last changed proxy back in the rotation
+  size_t renewed = 0;       // changed ones running on a new VM after
+  size_t others_touched = 0; // unchanged ones moved, on a new VM, or not running
+  std::string error;
+};
+
+// Every hundredth proxy of each host (px-i with (i / hosts) % 100 == 0):
+// one in a hundred on every host, not a hundred on a few.
+std::set<std::string> change_one_percent(egress::engine_config& ec, size_t hosts) {
+  std::set<std::string> changed;
+  for (size_t i = 0; i < ec.proxies.size(); ++i)
+    if ((i / hosts) % 100 == 0) {
+      ec.proxies[i].memory_mib += 64;
+      changed.insert(ec.proxies[i].name);
+    }
+  return changed;
+}
+
+// Each changed proxy left the rotation and is back in it.
+bool all_back(const rotation_log& l, const std::set<std::string>& changed,
+              steady_clock::time_point& last) {
+  for (auto& name : changed) {
+    auto* ms = l.moves_of(name);
+    if (ms == nullptr || ms->size() < 2 || !ms->back().joined)
+      return false;
+    last = std::max(last, ms->back().at);
+  }
+  return true;
+}
+
+void count_touched(reload_figures& out, const egress::fleet_status& before,
+                   const egress::fleet_status& after, const std::set<std::string>& changed,
+                   const rotation_log& l) {
+  std::map<std::string, const egress::proxy_status*> was;
+  for (auto& p : before.proxies)
+    was.emplace(p.name, &p);
+  for (auto& p : after.proxies) {
+    auto w = was.find(p.name);
+    bool same_vm = w != was.end() && w->second->uid == p.uid;
+    bool running = p.phase == egress::proxy_phase::running;
+    if (changed.contains(p.name))
+      out.renewed += !same_vm && running ? 1 : 0;
+    else
+      out.others_touched += !same_vm || !running || l.moves_of(p.name) != nullptr ? 1 : 0;
+  }
+}
+
+reload_figures reload_one_percent(egress::engine& eng, egress::engine_config ec, size_t hosts,
+                                  rotation_log& log) {
+  reload_figures out;
+  auto before = eng.status(seconds(60));
+  auto changed = change_one_percent(ec, hosts);
+  out.changed = changed.size();
+  log.record_moves(true);
+  auto t0 = steady_clock::now();
+  auto summary = eng.reload(std::move(ec), seconds(120));
+  out.apply_ms = ms(steady_clock::now() - t0);
+  if (!summary || !before) {
+    out.error = egress::render(summary ? before.error() : summary.error());
+    return out;
+  }
+  auto last = t0;
+  if (log.wait_until([&](const rotation_log& l) { return all_back(l, changed, last); },
+                     t0 + converge_limit))
+    out.converge_s = ms(last - t0) / 1000.0;
+  auto after = eng.status(seconds(60));
+  if (after)
+    log.read([&](const rotation_log& l) {
+      count_touched(out, *before, *after, changed, l);
+      return 0;
+    });
+  log.record_moves(false);
+  return out;
+}
+
+// -- --groups -----------------------------------------------------------------------
+
+// By hand against as a group, and place() alone.
 int groups_case(caf::actor_system& sys, size_t n, size_t hosts, long poll_ms) {
   // No connection held here: the test driver drops its domains when the
   // first engine's last connection closes, so both start from an empty one.
-  auto hand = fleet_on("hand", hosts, poll_ms);
-  for (size_t i = 0; i < n; ++i) {
-    egress::proxy_spec p;
-    p.name = "px-" + std::to_string(i);
-    p.host = "hv" + std::to_string(i % hosts);
-    p.network = "default";
-    hand.proxies.push_back(p);
-  }
-  auto grouped = fleet_on("grouped", hosts, poll_ms);
+  auto hand = fleet_on("hand", hosts, poll_ms, drivers::shared);
+  declare_by_hand(hand, n, hosts);
+  auto grouped = fleet_on("grouped", hosts, poll_ms, drivers::shared);
   egress::group_config g;
   g.name = "g";
   g.count = static_cast<uint32_t>(n);
@@ -299,13 +648,12 @@ int groups_case(caf::actor_system& sys, size_t n, size_t hosts, long poll_ms) {
     placed = egress::place(pgs, room, {}).host_of.size();
     place_ms.push_back(ms(steady_clock::now() - t0));
   }
-  std::sort(place_ms.begin(), place_ms.end());
   std::printf("bench/scale --groups: %zu proxies on %zu test-driver hosts, poll %ld ms\n", n,
               hosts, poll_ms);
   std::printf("  converge, declared by hand: %.2f s; as one group: %.2f s: %.2fx (goal <= 1.1x)\n",
               hand_s, group_s, hand_s > 0 ? group_s / hand_s : 0.0);
   std::printf("  place() alone, %zu members over %zu hosts: %.1f ms (median of 5)\n", placed,
-              hosts, place_ms[2]);
+              hosts, median(place_ms));
   using egress::test::figures;
   // Columns of their own: scale-groups.csv beside scale.csv.
   if (const char* path = std::getenv("EGRESS_BENCH_CSV"); path != nullptr && *path != '\0') {
@@ -317,138 +665,218 @@ int groups_case(caf::actor_system& sys, size_t n, size_t hosts, long poll_ms) {
   figures csv{"proxies", "hosts", "hand_converge_s", "group_converge_s", "ratio", "place_ms"};
   csv.row({std::to_string(n), std::to_string(hosts), figures::cell(hand_s),
            figures::cell(group_s), figures::cell(hand_s > 0 ? group_s / hand_s : 0.0),
-           figures::cell(place_ms[2])});
+           figures::cell(median(place_ms))});
   return hand_s > 0 && group_s > 0 ? 0 : 1;
 }
 
-int main(int argc, char** argv) {
-  size_t n = 10000;
-  size_t hosts = 1;
-  long poll_ms = 2000;
-  long rest_s = 20;
-  bool groups = false;
-  for (int i = 1; i < argc; ++i)
-    if (std::string{argv[i]} == "--groups")
-      groups = true;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--groups") {
-      --i; // no value
-      continue;
-    }
-    if (a == "--proxies")
-      n = std::stoul(argv[i + 1]);
-    else if (a == "--hosts")
-      hosts = std::stoul(argv[i + 1]);
-    else if (a == "--poll-ms")
-      poll_ms = std::stol(argv[i + 1]);
-    else if (a == "--rest-s")
-      rest_s = std::stol(argv[i + 1]);
-  }
-  egress::log::set_level(egress::log::level::error);
-  caf::actor_system_config cfg;
-  egress::configure(cfg);
-  caf::actor_system sys{cfg};
-  if (groups)
-    return groups_case(sys, n, hosts, poll_ms);
+// -- the whole run ------------------------------------------------------------------
 
-  // Every host is a separate link (own connection, queue and limit) onto
-  // the same in-process test:///default state; the test driver's addresses
-  // are made up: the rotation follows the phase.
-  auto ec = fleet_on("bench", hosts, poll_ms);
-  ec.gc = true;
-  for (size_t i = 0; i < n; ++i) {
-    egress::proxy_spec p;
-    p.name = "px-" + std::to_string(i);
-    p.host = "hv" + std::to_string(i % hosts);
-    p.network = "default";
-    ec.proxies.push_back(p);
+struct memory_figures {
+  double driver_domain_kib = 0; // per domain
+  double driver_host_kib = 0;   // per private host
+  long base_rss = 0;
+  double base_heap = 0;
+  long peak = 0;
+  double rss_per_proxy = 0;      // peak
+  double rest_rss_per_proxy = 0;
+  double rest_heap_kib = 0;      // per proxy
+  // The test driver's share per proxy: its domain, its hosts.
+  double driver_kib(size_t n, size_t hosts) const {
+    return driver_domain_kib + driver_host_kib * double(hosts - 1) / double(n);
   }
-  // Held open for the whole run: the test driver's state lives while a
-  // connection to it does, so the measure below and the engine share it.
+};
+
+struct run_figures {
+  double converge_s = -1;
+  double compare_s = -1;
+  memory_figures mem;
+  std::vector<double> query_ms;
+  rest_figures at_rest;
+  destroy_figures destroyed{};
+  ls_figures ls;
+  scrape_figures scraped;
+  reload_figures reloaded;
+};
+
+void print_converge(const options& o, const run_figures& f) {
+  std::printf("bench/scale: %zu proxies on %zu test-driver hosts (hv0 shared with the bench,"
+              " %zu of their own), poll %ld ms\n",
+              o.n, o.hosts, o.hosts - 1, o.poll_ms);
+  std::printf("  converge (all running with an address): %.2f s (%.1f proxies/s)\n",
+              f.converge_s, double(o.n) / f.converge_s);
+  if (o.compare_to == 0)
+    return;
+  auto grow = double(o.n) / double(o.compare_to);
+  auto took = f.compare_s > 0 ? f.converge_s / f.compare_s : 0.0;
+  std::printf("  scaling: %zu proxies on %zu hosts converged in %.2f s (its own process, first):"
+              " %.1fx the proxies took %.2fx the time = %.2fx linear (goal <= 2x)\n",
+              o.compare_to, std::max<size_t>(1, o.hosts * o.compare_to / o.n), f.compare_s, grow,
+              took, took / grow);
+}
+
+void print_memory(const options& o, const memory_figures& m) {
+  auto driver = m.driver_kib(o.n, o.hosts);
+  std::printf("  peak RSS: %ld KiB total, %.1f KiB per proxy (above a %ld KiB baseline); "
+              "at rest %.1f KiB per proxy; less the test driver's heap (%.1f KiB): "
+              "%.1f KiB per proxy (goal <= 20)\n",
+              m.peak, m.rss_per_proxy, m.base_rss, m.rest_rss_per_proxy, driver,
+              m.rss_per_proxy - driver);
+  std::printf("  heap in use at rest: %.1f KiB per proxy = the test driver's domain %.1f KiB"
+              " + its hosts %.1f KiB (%.0f KiB per host of its own, measured alone first)"
+              " + the engine's own %.1f KiB\n",
+              m.rest_heap_kib, m.driver_domain_kib, driver - m.driver_domain_kib,
+              m.driver_host_kib, m.rest_heap_kib - driver);
+}
+
+void print_ls(const ls_figures& l) {
+  std::printf("  ls proxies through the node actor over TLS (as caf-shell): median %.1f ms,"
+              " max %.1f ms (%zu of 5 answered in full; goal <= 1000 ms)\n",
+              median(l.client_ms), maximum(l.client_ms), l.client_ms.size());
+  std::printf("    answer: %zu rows, %.1f KiB serialized, %zu without an \"ok\" probe%s%s\n",
+              l.rows, double(l.bytes) / 1024.0, l.not_ok, l.failures ? "; last failure: " : "",
+              l.failure.c_str());
+  std::printf("    caf-shell -c \"ls proxies\" --json, the whole process: median %.1f ms"
+              " (%zu of 3 exited 0%s)\n",
+              median(l.shell_ms), l.shell_ms.size(),
+              l.shell_rc ? (", last exit " + std::to_string(l.shell_rc)).c_str() : "");
+}
+
+void print_rest_of(const options& o, const run_figures& f) {
+  std::printf("  status query for all proxies: median %.2f ms, max %.2f ms (20 runs)\n",
+              median(f.query_ms), maximum(f.query_ms));
+  std::printf("  CPU at rest over %ld s after convergence: %.3f of a core (goal <= 0.05)\n",
+              o.rest_s, f.at_rest.cores);
+  std::printf("  at rest: %.0f read-backs, %.0f bulk reads: %.2f libvirt calls/s per host\n",
+              f.at_rest.reads, f.at_rest.bulks, f.at_rest.calls_per_s_host);
+  std::printf("  a domain destroyed out of band leaves the rotation after: engine %.1f ms, "
+              "a %ld ms poll %.1f ms (median of 5): %.0fx sooner\n",
+              f.destroyed.engine_ms, o.poll_ms, f.destroyed.poll_ms,
+              f.destroyed.engine_ms > 0 ? f.destroyed.poll_ms / f.destroyed.engine_ms : 0.0);
+  print_ls(f.ls);
+  std::printf("  metrics scrape (GET /metrics): median %.1f ms, max %.1f ms (%zu of 5 with 200),"
+              " %.1f KiB, %zu samples (goal <= 1000 ms)\n",
+              median(f.scraped.ms), maximum(f.scraped.ms), f.scraped.ms.size(),
+              double(f.scraped.bytes) / 1024.0, f.scraped.samples);
+  auto& r = f.reloaded;
+  std::printf("  reload changing %zu proxies (1%%, memory-mib): answered in %.1f ms; all back in"
+              " the rotation after %.2f s, %zu of them on a new VM; of the other %zu: %zu"
+              " touched%s%s\n",
+              r.changed, r.apply_ms, r.converge_s, r.renewed, o.n - r.changed, r.others_touched,
+              r.error.empty() ? "" : "; ", r.error.c_str());
+}
+
+void write_csv(const options& o, const run_figures& f) {
+  using egress::test::figures;
+  auto& m = f.mem;
+  figures csv{"proxies", "hosts", "poll_ms", "converge_s", "rest_cpu_cores",
+              "rss_kib_per_proxy", "status_query_ms", "rest_calls_per_s_host",
+              "destroy_engine_ms", "destroy_poll_ms", "rest_rss_kib_per_proxy",
+              "rest_heap_kib_per_proxy", "driver_heap_kib_per_domain",
+              "driver_heap_kib_per_host", "rss_kib_per_proxy_less_driver", "ls_ms", "ls_kib",
+              "ls_not_ok", "shell_ls_ms", "scrape_ms", "scrape_kib", "reload_apply_ms",
+              "reload_converge_s", "reload_others_touched", "compare_proxies",
+              "compare_converge_s", "times_linear"};
+  auto grow = o.compare_to ? double(o.n) / double(o.compare_to) : 0.0;
+  auto linear = f.compare_s > 0 ? f.converge_s / f.compare_s / grow : 0.0;
+  csv.row({std::to_string(o.n), std::to_string(o.hosts), std::to_string(o.poll_ms),
+           figures::cell(f.converge_s), figures::cell(f.at_rest.cores),
+           figures::cell(m.rss_per_proxy), figures::cell(median(f.query_ms)),
+           figures::cell(f.at_rest.calls_per_s_host), figures::cell(f.destroyed.engine_ms),
+           figures::cell(f.destroyed.poll_ms), figures::cell(m.rest_rss_per_proxy),
+           figures::cell(m.rest_heap_kib), figures::cell(m.driver_domain_kib),
+           figures::cell(m.driver_host_kib),
+           figures::cell(m.rss_per_proxy - m.driver_kib(o.n, o.hosts)),
+           figures::cell(median(f.ls.client_ms)), figures::cell(double(f.ls.bytes) / 1024.0),
+           std::to_string(f.ls.not_ok), figures::cell(median(f.ls.shell_ms)),
+           figures::cell(median(f.scraped.ms)), figures::cell(double(f.scraped.bytes) / 1024.0),
+           figures::cell(f.reloaded.apply_ms), figures::cell(f.reloaded.converge_s),
+           std::to_string(f.reloaded.others_touched), std::to_string(o.compare_to),
+           figures::cell(f.compare_s), figures::cell(linear)});
+}
+
+// The test driver's share, measured alone, and the baselines, before the
+// engine starts. `held` keeps test:///default's state alive for the run.
+memory_figures measure_before(const options& o) {
+  memory_figures m;
+  m.driver_domain_kib = driver_bytes_per_domain(std::min<size_t>(o.n, 1000)) / 1024.0;
+  m.driver_host_kib = driver_bytes_per_host(std::min<size_t>(o.hosts, 100)) / 1024.0;
+  m.base_heap = heap_in_use();
+  m.base_rss = rss_kib("VmRSS:");
+  return m;
+}
+
+int run(const options& o, caf::actor_system& sys, caf::actor_system& client) {
+  run_figures f;
+  if (o.compare_to > 0)
+    f.compare_s = converge_elsewhere(o.compare_to, std::max<size_t>(1, o.hosts * o.compare_to / o.n),
+                                     o.poll_ms);
+  auto ec = fleet_on("bench", o.hosts, o.poll_ms, drivers::one_per_host);
+  ec.gc = true;
+  declare_by_hand(ec, o.n, o.hosts);
   auto held = egress::lv::connection::open("test:///default");
-  auto driver_kib = driver_bytes_per_domain(std::min<size_t>(n, 1000)) / 1024.0;
-  auto base_heap = heap_in_use();
-  auto base_rss = rss_kib("VmRSS:");
+  f.mem = measure_before(o);
   auto t0 = steady_clock::now();
   auto eng = egress::engine::start(sys, ec);
   if (!eng) {
     std::fprintf(stderr, "start failed: %s\n", egress::render(eng.error()).c_str());
     return 1;
   }
-  size_t running = 0;
-  for (;;) {
-    auto st = eng->status(seconds(30));
-    if (st) {
-      running = std::count_if(st->proxies.begin(), st->proxies.end(), [](auto& p) {
-        return p.phase == egress::proxy_phase::running;
-      });
-      if (running == n)
-        break;
-    }
-    if (steady_clock::now() - t0 > minutes(10)) {
-      std::fprintf(stderr, "did not converge in 10 min (%zu/%zu running)\n", running, n);
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  auto converge = steady_clock::now() - t0;
-  std::vector<double> query;
+  auto [log, follower] = egress::test::follow(sys, *eng);
+  f.converge_s = seconds_to_converge(*log, t0, o.n);
+  std::fprintf(stderr, "converged after %.2f s; measuring\n", f.converge_s);
   for (int i = 0; i < 20; ++i) {
     auto q0 = steady_clock::now();
-    auto st = eng->status(seconds(30));
-    query.push_back(ms(steady_clock::now() - q0));
-    if (!st || st->proxies.size() != n)
+    auto st = eng->status(seconds(60));
+    f.query_ms.push_back(ms(steady_clock::now() - q0));
+    if (!st || st->proxies.size() != o.n)
       std::fprintf(stderr, "status query %d incomplete\n", i);
   }
-  std::sort(query.begin(), query.end());
-  auto peak = rss_kib("VmHWM:");
-  auto before = eng->status(seconds(30));
-  auto cpu0 = cpu_seconds();
-  auto r0 = steady_clock::now();
-  std::this_thread::sleep_for(seconds(rest_s));
-  double rest_s_real = ms(steady_clock::now() - r0) / 1000.0;
-  double rest_cores = (cpu_seconds() - cpu0) / rest_s_real;
-  double rest_rss_per_proxy = double(rss_kib("VmRSS:") - base_rss) / double(n);
-  double rest_heap_kib = (heap_in_use() - base_heap) / 1024.0 / double(n);
-  auto after = eng->status(seconds(30));
-  // A read-back is 4 libvirt calls (lookup, state, mark, addresses), a bulk
-  // read is one.
-  double reads = before && after ? double(read_backs(*after) - read_backs(*before)) : -1;
-  double bulks = before && after ? double(bulk_reads(*after) - bulk_reads(*before)) : -1;
-  double calls_per_s_host = (4 * reads + bulks) / rest_s_real / double(hosts);
-  auto destroy = destroy_out_of_band(sys, *eng, milliseconds(poll_ms));
-  double rss_per_proxy = double(peak - base_rss) / double(n);
-  std::printf("bench/scale: %zu proxies on %zu test-driver host(s), poll %ld ms\n", n, hosts, poll_ms);
-  std::printf("  converge (all running with an address): %.0f ms  (%.1f proxies/s)\n",
-              ms(converge), n / (ms(converge) / 1000.0));
-  std::printf("  peak RSS: %ld KiB total, %.1f KiB per proxy (above a %ld KiB baseline); "
-              "at rest %.1f KiB per proxy\n",
-              peak, rss_per_proxy, base_rss, rest_rss_per_proxy);
-  std::printf("  heap in use at rest: %.1f KiB per proxy = the test driver's domain %.1f KiB"
-              " (%zu defined alone first) + the engine's own %.1f KiB\n",
-              rest_heap_kib, driver_kib, std::min<size_t>(n, 1000), rest_heap_kib - driver_kib);
-  std::printf("  status query for all proxies: median %.2f ms, max %.2f ms (20 runs)\n",
-              query[query.size() / 2], query.back());
-  std::printf("  CPU at rest over %ld s after convergence: %.3f of a core\n", rest_s, rest_cores);
-  std::printf("  at rest: %.0f read-backs, %.0f bulk reads: %.2f libvirt calls/s per host\n",
-              reads, bulks, calls_per_s_host);
-  std::printf("  a domain destroyed out of band leaves the rotation after: engine %.1f ms, "
-              "a %ld ms poll %.1f ms (median of 5): %.0fx sooner\n",
-              destroy.engine_ms, poll_ms, destroy.poll_ms,
-              destroy.engine_ms > 0 ? destroy.poll_ms / destroy.engine_ms : 0.0);
-  using egress::test::figures;
-  figures csv{"proxies", "hosts", "poll_ms", "converge_s", "rest_cpu_cores",
-              "rss_kib_per_proxy", "status_query_ms", "rest_calls_per_s_host",
-              "destroy_engine_ms", "destroy_poll_ms", "rest_rss_kib_per_proxy",
-              "rest_heap_kib_per_proxy", "driver_heap_kib_per_domain"};
-  csv.row({std::to_string(n), std::to_string(hosts), std::to_string(poll_ms),
-           figures::cell(ms(converge) / 1000.0), figures::cell(rest_cores),
-           figures::cell(rss_per_proxy), figures::cell(query[query.size() / 2]),
-           figures::cell(calls_per_s_host), figures::cell(destroy.engine_ms),
-           figures::cell(destroy.poll_ms), figures::cell(rest_rss_per_proxy),
-           figures::cell(rest_heap_kib), figures::cell(driver_kib)});
-  if (auto err = eng->stop(seconds(30)))
+  f.mem.peak = rss_kib("VmHWM:");
+  f.at_rest = rest(*eng, o.rest_s, o.hosts);
+  f.mem.rest_rss_per_proxy = double(rss_kib("VmRSS:") - f.mem.base_rss) / double(o.n);
+  f.mem.rest_heap_kib = (heap_in_use() - f.mem.base_heap) / 1024.0 / double(o.n);
+  f.mem.rss_per_proxy = double(f.mem.peak - f.mem.base_rss) / double(o.n);
+  f.destroyed = destroy_out_of_band(*log, milliseconds(o.poll_ms), o.hosts);
+  std::fprintf(stderr, "ls proxies\n");
+  f.ls = list_proxies(sys, client, *eng, o.n);
+  std::fprintf(stderr, "scrape\n");
+  f.scraped = scrape(sys, *eng);
+  std::fprintf(stderr, "reload\n");
+  f.reloaded = reload_one_percent(*eng, ec, o.hosts, *log);
+  print_converge(o, f);
+  print_memory(o, f.mem);
+  print_rest_of(o, f);
+  write_csv(o, f);
+  caf::anon_send_exit(follower, caf::exit_reason::user_shutdown);
+  if (auto err = eng->stop(seconds(120)))
     std::fprintf(stderr, "stop: %s\n", egress::render(err).c_str());
-  return running == n ? 0 : 1;
+  return f.converge_s > 0 ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto o = parse(argc, argv);
+  egress::log::set_level(egress::log::level::error);
+  if (o.groups || o.converge_only) {
+    caf::actor_system_config cfg;
+    egress::configure(cfg);
+    caf::actor_system sys{cfg};
+    if (o.groups)
+      return groups_case(sys, o.n, o.hosts, o.poll_ms);
+    auto ec = fleet_on("compare", o.hosts, o.poll_ms, drivers::one_per_host);
+    declare_by_hand(ec, o.n, o.hosts);
+    auto s = converge_s(sys, ec, o.n);
+    std::printf("converge_s %.6f\n", s);
+    return s > 0 ? 0 : 1;
+  }
+  // Both systems before the baseline: their threads are not the fleet's.
+  caf::actor_system_config cfg;
+  caf::actor_system sys{egress::test::with_tls(cfg)};
+  caf::actor_system_config client_cfg;
+  caf::actor_system client{egress::test::with_tls(client_cfg)};
+  int rc = run(o, sys, client);
+  std::error_code ignored;
+  std::filesystem::remove_all(egress::test::identity_dir(), ignored);
+  return rc;
 }
