@@ -260,6 +260,23 @@ struct setup {
   }
 };
 
+// The image fill of the setup's image into its host's pool over `sessions`
+// SSH sessions, as an image actor would ask for it.
+images::fill_request fill_request_for(const setup& s, uint32_t sessions) {
+  auto make = transport_for(s.host());
+  images::fill_request req;
+  req.entry = "bench";
+  req.pool = pool;
+  req.image = {"up", "file://" + s.image, s.sha256, s.bytes, "raw", 0};
+  req.download_deadline = 900s;
+  req.keepalive = lv::keepalive{5, 3};
+  req.transfer = make();
+  req.cleanup = make();
+  for (uint32_t k = 1; k < sessions; ++k)
+    req.more_transfers.push_back(make());
+  return req;
+}
+
 struct measurement {
   std::string label;
   double seconds = 0;       // the upload itself
@@ -349,17 +366,7 @@ public:
     measurement m;
     m.label = "engine image fill, " + std::to_string(sessions) + " session"
               + (sessions > 1 ? "s" : "");
-    auto make = transport_for(s_.host());
-    images::fill_request req;
-    req.entry = "bench";
-    req.pool = pool;
-    req.image = {"up", "file://" + s_.image, s_.sha256, s_.bytes, "raw", 0};
-    req.download_deadline = 600s;
-    req.keepalive = lv::keepalive{5, 3};
-    req.transfer = make();
-    req.cleanup = make();
-    for (uint32_t i = 1; i < sessions; ++i)
-      req.more_transfers.push_back(make());
+    auto req = fill_request_for(s_, sessions);
     images::fill_progress progress;
     auto cpu0 = cpu_seconds();
     auto path0 = path_cpu();
@@ -546,18 +553,7 @@ rollout_figures rollout(std::vector<std::unique_ptr<setup>>& hosts, uint32_t ses
     std::vector<std::thread> fills;
     for (size_t i = 0; i < hosts.size(); ++i)
       fills.emplace_back([&, i] {
-        auto& h = *hosts[i];
-        auto make = transport_for(h.host());
-        images::fill_request req;
-        req.entry = "bench";
-        req.pool = pool;
-        req.image = {"up", "file://" + h.image, h.sha256, h.bytes, "raw", 0};
-        req.download_deadline = 900s;
-        req.keepalive = lv::keepalive{5, 3};
-        req.transfer = make();
-        req.cleanup = make();
-        for (uint32_t k = 1; k < sessions; ++k)
-          req.more_transfers.push_back(make());
+        auto req = fill_request_for(*hosts[i], sessions);
         images::fill_progress progress;
         if (auto r = images::fill(req, progress); !r)
           errors[i] = render(r.error());

@@ -314,62 +314,16 @@ caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std:
   return std::optional<volume_facts>{std::move(out)};
 }
 
-caf::error download_volume(connection& c, const std::string& pool, const std::string& name,
-                           uint64_t offset, uint64_t length, const download_sink& sink) {
-  if (auto err = check_names(pool, name))
-    return err;
-  auto what = "download " + pool + "/" + name;
-  if (length == 0 || !sink)
-    return make_error(ec::invalid_argument, what + ": no length or no sink given");
-  auto p = lookup_pool(c, pool, what);
-  if (!p)
-    return p.error();
-  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
-  if (!vol)
-    return last_error(what);
-  stream_ptr st{virStreamNew(c.get(), 0)};
-  if (!st)
-    return last_error(what + ": new stream");
-  if (virStorageVolDownload(vol.get(), st.get(), static_cast<unsigned long long>(offset),
-                            static_cast<unsigned long long>(length), 0)
-      < 0)
-    return last_error(what);
-  stream_guard guard{st.get()};
-  std::unique_ptr<char[]> buf{new char[default_upload_chunk]};
-  uint64_t done = 0;
-  for (;;) {
-    auto n = virStreamRecv(st.get(), buf.get(), default_upload_chunk);
-    if (n < 0) {
-      auto err = last_error(what + ": receive after " + size_text(done));
-      guard.abort();
-      return err;
-    }
-    if (n == 0)
-      break;
-    done += static_cast<uint64_t>(n);
-    if (auto err = sink(buf.get(), static_cast<size_t>(n))) {
-      guard.abort();
-      return err;
-    }
-  }
-  if (virStreamFinish(st.get()) < 0) {
-    auto err = last_error(what + ": finish after " + size_text(done));
-    guard.abort();
-    return err;
-  }
-  guard.closed();
-  if (done != length)
-    return make_error(ec::invalid_argument, what + ": got " + size_text(done) + " of "
-                                              + size_text(length));
-  return {};
-}
+namespace {
 
-caf::expected<uint64_t> read_written_prefix(connection& c, const std::string& pool,
-                                            const std::string& name, uint64_t offset,
-                                            uint64_t length, const download_sink& sink) {
+// virStorageVolDownload of `length` bytes from `offset` into `sink`; with
+// `stop_at_hole` a sparse download that ends at the first hole. Returns the
+// bytes received.
+caf::expected<uint64_t> receive(connection& c, const std::string& pool, const std::string& name,
+                                uint64_t offset, uint64_t length, const download_sink& sink,
+                                bool stop_at_hole, const std::string& what) {
   if (auto err = check_names(pool, name))
     return err;
-  auto what = "read back " + pool + "/" + name + " from " + std::to_string(offset);
   if (length == 0 || !sink)
     return make_error(ec::invalid_argument, what + ": no length or no sink given");
   auto p = lookup_pool(c, pool, what);
@@ -381,9 +335,9 @@ caf::expected<uint64_t> read_written_prefix(connection& c, const std::string& po
   stream_ptr st{virStreamNew(c.get(), 0)};
   if (!st)
     return last_error(what + ": new stream");
+  unsigned flags = stop_at_hole ? VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM : 0;
   if (virStorageVolDownload(vol.get(), st.get(), static_cast<unsigned long long>(offset),
-                            static_cast<unsigned long long>(length),
-                            VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM)
+                            static_cast<unsigned long long>(length), flags)
       < 0)
     return last_error(what);
   stream_guard guard{st.get()};
@@ -391,7 +345,7 @@ caf::expected<uint64_t> read_written_prefix(connection& c, const std::string& po
   uint64_t done = 0;
   for (;;) {
     auto n = virStreamRecvFlags(st.get(), buf.get(), default_upload_chunk,
-                                VIR_STREAM_RECV_STOP_AT_HOLE);
+                                stop_at_hole ? VIR_STREAM_RECV_STOP_AT_HOLE : 0);
     if (n == -3) { // a hole: the written prefix ends here
       guard.abort();
       return done;
@@ -416,6 +370,27 @@ caf::expected<uint64_t> read_written_prefix(connection& c, const std::string& po
   }
   guard.closed();
   return done;
+}
+
+} // namespace
+
+caf::error download_volume(connection& c, const std::string& pool, const std::string& name,
+                           uint64_t offset, uint64_t length, const download_sink& sink) {
+  auto what = "download " + pool + "/" + name;
+  auto done = receive(c, pool, name, offset, length, sink, false, what);
+  if (!done)
+    return done.error();
+  if (*done != length)
+    return make_error(ec::invalid_argument, what + ": got " + size_text(*done) + " of "
+                                              + size_text(length));
+  return {};
+}
+
+caf::expected<uint64_t> read_written_prefix(connection& c, const std::string& pool,
+                                            const std::string& name, uint64_t offset,
+                                            uint64_t length, const download_sink& sink) {
+  return receive(c, pool, name, offset, length, sink, true,
+                 "read back " + pool + "/" + name + " from " + std::to_string(offset));
 }
 
 caf::expected<volume_ptr> create_overlay(connection& c, const std::string& pool,
