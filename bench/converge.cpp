@@ -515,7 +515,7 @@ struct measurement {
   double relay_cpu = 0;    // the latency relay's threads (taken out of client_cpu)
   // The client's own CPU from the clock's start to convergence (own_cpu_meter
   // for the engine; the script's process and its descendants): per converged
-  // proxy, the figure the engine controls (docs/notes/performance.md).
+  // proxy, the figure the engine controls.
   double window_cpu = 0;
   std::string note;        // timeline or per-call figures
   std::string error;
