@@ -76,7 +76,8 @@ struct fleet_state {
   std::vector<rotation_follower_actor> followers; // the rotation's (monitored)
   gateway_actor gateway; // with engine.gateway; also a follower
   uint64_t published = 0;     // the rotation generation last sent to followers
-  bool publish_armed = false; // a publication is due within publish_delay
+  bool publish_armed = false; // a publication is due within the publish delay
+  caf::timespan publish_cost{0}; // what the last publication took (fleet.cpp)
   // Proxies the fleet is about to delete or replace, drained in the gateway
   // first: name -> the drain's number (a later drain of the name wins).
   std::map<std::string, uint64_t> retiring;

@@ -188,8 +188,9 @@ fleet_status fleet_view::status(const std::string& node, const std::string& entr
     }
     out.proxies.push_back(std::move(p));
   }
-  for (auto& m : rotation_.snapshot(node)->members)
-    out.rotation.push_back(m.name);
+  out.rotation.reserve(rotation_.size());
+  for (auto& [name, _] : rotation_.members())
+    out.rotation.push_back(name);
   for (auto& [_, s] : images_)
     out.images.push_back(s);
   out.reloads = reloads_;

@@ -37,6 +37,8 @@ public:
   std::optional<change> remove(const std::string& name);
 
   bool contains(const std::string& name) const { return members_.contains(name); }
+  /// The members by name, without a snapshot's copy.
+  const std::map<std::string, rotation_member>& members() const { return members_; }
   size_t size() const { return members_.size(); }
   uint64_t generation() const { return generation_; }
 
