@@ -244,6 +244,18 @@ egress::engine_config fleet_on(const std::string& entry, size_t hosts, long poll
 }
 
 // px-i on hv(i mod hosts).
+void declare_by_hand(egress::engine_config& ec, size_t n, size_t hosts);
+
+// The fleet of a run and of its --compare-to child alike: by hand, a host
+// of its own per 100 proxies, the collection on (as the engine's default).
+egress::engine_config bench_fleet(const std::string& entry, size_t n, size_t hosts,
+                                  long poll_ms) {
+  auto ec = fleet_on(entry, hosts, poll_ms, drivers::one_per_host);
+  ec.gc = true;
+  declare_by_hand(ec, n, hosts);
+  return ec;
+}
+
 void declare_by_hand(egress::engine_config& ec, size_t n, size_t hosts) {
   for (size_t i = 0; i < n; ++i) {
     egress::proxy_spec p;
@@ -934,9 +946,7 @@ int run(const options& o, caf::actor_system& sys, caf::actor_system& client) {
   run_figures f;
   if (o.compare_to > 0)
     f.compare = converge_elsewhere(o.compare_to, compared_hosts(o), o.poll_ms);
-  auto ec = fleet_on("bench", o.hosts, o.poll_ms, drivers::one_per_host);
-  ec.gc = true;
-  declare_by_hand(ec, o.n, o.hosts);
+  auto ec = bench_fleet("bench", o.n, o.hosts, o.poll_ms);
   auto held = egress::lv::connection::open("test:///default");
   f.mem = measure_before(o);
   auto run = start_and_converge(sys, ec, o.n);
@@ -983,8 +993,7 @@ int run(const options& o, caf::actor_system& sys, caf::actor_system& client) {
 int converge_only(const options& o) {
   caf::actor_system_config cfg;
   caf::actor_system sys{egress::test::with_tls(cfg)};
-  auto ec = fleet_on("compare", o.hosts, o.poll_ms, drivers::one_per_host);
-  declare_by_hand(ec, o.n, o.hosts);
+  auto ec = bench_fleet("compare", o.n, o.hosts, o.poll_ms);
   auto run = start_and_converge(sys, ec, o.n);
   if (!run)
     return 1;
