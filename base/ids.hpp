@@ -6,7 +6,7 @@
 
 namespace egress {
 
-/// 128 random bits (std::random_device) as 32 lowercase hex digits.
+/// 128 random bits (the kernel's getrandom) as 32 lowercase hex digits.
 std::string new_uid();
 
 } // namespace egress
