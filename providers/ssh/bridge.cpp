@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <string_view>
+#include <utility>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -31,6 +32,11 @@ constexpr size_t other_lane_capacity = size_t{256} << 10;
 // How long the pump waits after the far end's EOF for its last words (an
 // exec channel's exit status), see far_end::settle.
 constexpr auto settle_grace = std::chrono::milliseconds{500};
+
+// How soon a pump that never waits (every turn moves bytes) still looks for
+// a new client; one that waits is told by its poll() at once (pump_loop::
+// accept).
+constexpr auto accept_recheck = std::chrono::milliseconds{10};
 
 // A linear byte queue: producers append at the tail, consumers take from
 // the head; the data moves to the front only when the tail room gets short.
@@ -228,6 +234,10 @@ public:
         return "killed";
       progress_ = false;
       turn_started_ = std::chrono::steady_clock::now();
+      // The lanes share lane 0's session (timers(), flush_far()).
+      lanes_.front().far->new_turn();
+      if (!std::exchange(polled_, false))
+        peek_clients();
       // Each step returns false once reason_ is set. Far ends are opened
       // after the reads, which may have taken a channel's confirmation off
       // the socket into libssh2's queue.
@@ -255,6 +265,7 @@ private:
     byte_queue up;          // client -> far
     byte_queue down;        // far -> client
     bool client_eof = false;
+    bool client_ready = true; // its socket may hold bytes (client_to_up)
     bool far_eof = false;
     bool settling = false; // far EOF delivered, waiting for far->settle()
     std::chrono::steady_clock::time_point settle_deadline;
@@ -276,17 +287,29 @@ private:
   }
 
   // Lane 0 exists from the start (its far end open, its client to come);
-  // each further client gets a lane of its own.
+  // each further client gets a lane of its own. Tried when the last poll()
+  // found the listening socket readable (or accept_recheck has passed), not
+  // on every turn: a non-blocking accept4() on an empty queue still makes
+  // and frees a socket file in the kernel, and per turn it took an eighth of
+  // the pump's CPU in bench/converge
+  // (docs/notes/fleet-supervision.md#what-bounds-the-engines-cpu-per-converged-proxy).
   bool accept() {
+    if (!bridge_.accepting())
+      return true;
+    if (!accept_due_ && turn_started_ - accept_tried_ < accept_recheck)
+      return true;
+    accept_tried_ = turn_started_;
     std::string error;
     auto index = bridge_.accept_client(error);
     if (!error.empty())
       return stop(error);
+    accept_due_ = index >= 0; // another client may be queued behind it
     if (index < 0)
       return true;
     if (static_cast<size_t>(index) >= lanes_.size())
       lanes_.emplace_back(other_lane_capacity);
     lanes_[static_cast<size_t>(index)].client = bridge_.client_fd(static_cast<size_t>(index));
+    lanes_[static_cast<size_t>(index)].client_ready = true;
     progress_ = true;
     return true;
   }
@@ -309,8 +332,19 @@ private:
     return true;
   }
 
+  bool reads_client(const lane& l) const {
+    return l.client >= 0 && !l.client_eof && !l.up.full();
+  }
+
+  // Read only from a client whose socket may hold bytes: it has not said
+  // EAGAIN since the last poll() found it readable. A libvirt client mostly
+  // waits for its answer, and a recv() per lane and turn (most of them
+  // EAGAIN, five lanes, several turns per call) was the pump's most
+  // frequent syscall once the session's own were gated (session.hpp,
+  // gate_receives;
+  // docs/notes/fleet-supervision.md#what-bounds-the-engines-cpu-per-converged-proxy).
   bool client_to_up(lane& l) {
-    if (l.client < 0 || l.client_eof || l.up.full())
+    if (!reads_client(l) || !l.client_ready)
       return true;
     size_t room = 0;
     auto dst = l.up.tail(room);
@@ -321,10 +355,35 @@ private:
     } else if (n == 0) {
       l.client_eof = true;
       progress_ = true;
-    } else if (!transient_errno(errno)) {
+    } else if (transient_errno(errno)) {
+      l.client_ready = false;
+    } else {
       return stop(errno_text("local client recv"));
     }
     return true;
+  }
+
+  // A turn that follows a turn that moved bytes (no poll() in between): one
+  // poll() without a timeout tells which of the quiet clients wrote since,
+  // for all of them at once.
+  void peek_clients() {
+    peeks_.clear();
+    for (auto& l : lanes_)
+      if (reads_client(l) && !l.client_ready)
+        peeks_.push_back({l.client, POLLIN, 0});
+    if (peeks_.empty() || ::poll(peeks_.data(), peeks_.size(), 0) <= 0)
+      return;
+    mark_ready_clients(peeks_);
+  }
+
+  // Every lane whose client socket the poll found readable, hung up or
+  // failed: its next read says which.
+  void mark_ready_clients(const std::vector<pollfd>& polled) {
+    for (auto& p : polled)
+      if (p.fd >= 0 && p.revents != 0)
+        for (auto& l : lanes_)
+          if (l.client == p.fd)
+            l.client_ready = true;
   }
 
   // What a client wrote before the process stood still is not sent after.
@@ -482,6 +541,7 @@ private:
     if (opening)
       polls_.push_back({lanes_.front().far->fd(),
                         lanes_.front().far->poll_events(true, flush_pending_), 0});
+    auto listener = polls_.size();
     if (bridge_.accepting())
       polls_.push_back({bridge_.listen_fd(), POLLIN, 0});
     // An fd with no events is left out (-1): a peer that hung up reports
@@ -495,10 +555,15 @@ private:
     if (stall_limit_.count() > 0)
       timeout = timeout < 0 ? stall_poll_ms : std::min(timeout, stall_poll_ms);
     auto polled = std::chrono::steady_clock::now();
-    if (::poll(polls_.data(), polls_.size(), timeout) < 0 && errno != EINTR)
+    if (::poll(polls_.data(), polls_.size(), timeout) < 0 && errno != EINTR) {
       stop(errno_text("poll"));
-    else
-      stood_still(polled, std::chrono::milliseconds{std::max(timeout, 0)});
+      return;
+    }
+    polled_ = true;
+    if (listener < polls_.size() && polls_[listener].revents != 0)
+      accept_due_ = true;
+    mark_ready_clients(polls_);
+    stood_still(polled, std::chrono::milliseconds{std::max(timeout, 0)});
   }
 
   // With a stall limit the poll wakes at least this often, so a stop
@@ -512,8 +577,12 @@ private:
   std::chrono::steady_clock::time_point turn_started_ = std::chrono::steady_clock::now();
   std::vector<lane> lanes_;
   std::vector<pollfd> polls_;
+  std::vector<pollfd> peeks_; // peek_clients()'s
+  bool polled_ = false;       // the last turn ended in wait()
   bool progress_ = false;
   bool flush_pending_ = false; // the session's flush left bytes behind
+  bool accept_due_ = true;     // the listening socket may hold a client
+  std::chrono::steady_clock::time_point accept_tried_;
   uint64_t received_after_first_ = 0;
   std::string reason_;
 };

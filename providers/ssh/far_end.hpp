@@ -50,6 +50,10 @@ public:
   /// asks for POLLOUT), failed when the connection broke (see failure()).
   virtual int flush() { return 0; }
 
+  /// The pump begins a turn: a far end that skips reads it knows to be
+  /// empty (session::gate_receives) tries its source once more.
+  virtual void new_turn() {}
+
   /// Bytes the far end has taken in from the host so far, into buffers of
   /// its own (libssh2's queue): a change counts as the pump's progress.
   virtual uint64_t received() const { return 0; }
@@ -116,6 +120,7 @@ public:
   int next_tick_ms() const override;
   int flush() override;
   uint64_t received() const override { return session_.received(); }
+  void new_turn() override { session_.new_turn(); }
   bool settle() override;
   std::string end_reason() const override;
   std::string failure() const override { return failure_ + channel_.end_detail(); }

@@ -122,6 +122,7 @@ session::~session() {
   if (fd_ >= 0)
     ::shutdown(fd_, SHUT_RDWR);
   coalesce_ = false; // the goodbye below goes straight to the (dead) socket
+  gate_ = false;     // and libssh2 reads in blocking mode
   if (session_) {
     libssh2_session_set_blocking(session_, 1);
     libssh2_session_free(session_);
@@ -149,11 +150,17 @@ void session::touch_received() noexcept {
 
 ssize_t session::recv_hook(libssh2_socket_t fd, void* buf, size_t len, int flags,
                            void** abstract) {
+  auto* self = abstract ? static_cast<session*>(*abstract) : nullptr;
+  if (self && self->gate_ && self->drained_)
+    return -EAGAIN; // it said so earlier in this turn (gate_receives)
   auto n = ::recv(fd, buf, len, flags);
-  if (n < 0)
-    return -errno; // libssh2 expects -errno from its recv callback
-  if (n > 0 && abstract && *abstract) {
-    auto* self = static_cast<session*>(*abstract);
+  if (n < 0) {
+    auto err = errno;
+    if (self && self->gate_ && (err == EAGAIN || err == EWOULDBLOCK))
+      self->drained_ = true;
+    return -err; // libssh2 expects -errno from its recv callback
+  }
+  if (n > 0 && self) {
     self->last_rx_ns_.store(now_ns());
     self->received_ += static_cast<uint64_t>(n);
   }
@@ -197,6 +204,11 @@ void session::coalesce_sends(bool on) noexcept {
   if (on && !out_)
     out_.reset(new (std::nothrow) char[coalesce_capacity]);
   coalesce_ = on && out_ != nullptr;
+}
+
+void session::gate_receives(bool on) noexcept {
+  gate_ = on;
+  drained_ = false;
 }
 
 int session::flush() noexcept {

@@ -102,6 +102,23 @@ public:
   /// again), or -errno on a broken socket.
   int flush() noexcept;
 
+  /// Receive gating for the pump (non-blocking mode only), the reading twin
+  /// of coalesce_sends: once the socket has answered EAGAIN, libssh2's
+  /// further reads in the same pump turn get EAGAIN without a recv(). Every
+  /// libssh2 call that may read tries the socket first (each lane's read, its
+  /// stderr drain, each write's window-adjust drain), so a turn over five
+  /// lanes made about ten recv() calls, nearly all EAGAIN: four in five of
+  /// the pump's syscalls in bench/converge
+  /// (docs/notes/fleet-supervision.md#what-bounds-the-engines-cpu-per-converged-proxy).
+  /// What one recv() brought sits in libssh2's queue for every lane; what
+  /// arrives later is the next turn's, which starts at once after a turn
+  /// that moved bytes, or after the poll() that the socket wakes. Off
+  /// during the blocking setup steps, where libssh2 waits on the socket.
+  void gate_receives(bool on) noexcept;
+
+  /// A new pump turn: the socket is worth one recv() again.
+  void new_turn() noexcept { drained_ = false; }
+
   /// Whether flush() left bytes behind.
   bool output_pending() const noexcept { return out_len_ > 0; }
 
@@ -138,6 +155,9 @@ private:
   std::string who_;
   std::atomic<int64_t> last_rx_ns_{0};
   uint64_t received_ = 0;
+  // Receive gating: only the pump's thread touches these.
+  bool gate_ = false;
+  bool drained_ = false; // the socket said EAGAIN in this turn
   // The coalescing buffer: only the pump's thread touches it.
   bool coalesce_ = false;
   std::unique_ptr<char[]> out_;

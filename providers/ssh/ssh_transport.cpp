@@ -113,6 +113,7 @@ caf::error ssh_transport::pump() {
   // From here on the session is driven by poll(): non-blocking libssh2.
   libssh2_session_set_blocking(session_.get(), 0);
   session_.coalesce_sends(true);
+  session_.gate_receives(true);
   if (opts_.ssh_keepalive_interval.count() > 0)
     libssh2_keepalive_config(session_.get(), 1,
                              static_cast<unsigned>(opts_.ssh_keepalive_interval.count()));
