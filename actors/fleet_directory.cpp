@@ -4,16 +4,28 @@
 // the fleet supervises: an actor is listed exactly while the fleet holds it.
 #include "actors/fleet.hpp"
 
+#include <charconv>
+#include <string_view>
+
 namespace egress {
 
 namespace {
 
-std::string kv(const std::string& key, const std::string& value) {
-  return key + ": " + value;
+// One "key: value" line in one allocation at most (none when it fits the
+// string's own buffer): a listing of 100,000 proxies builds a million of
+// them, and malloc and free were most of the directory's time
+// (docs/notes/scale.md#ls-proxies).
+std::string kv(std::string_view key, std::string_view value) {
+  std::string out;
+  out.reserve(key.size() + 2 + value.size());
+  out.append(key).append(": ").append(value);
+  return out;
 }
 
-std::string kv(const std::string& key, uint64_t value) {
-  return kv(key, std::to_string(value));
+std::string kv(std::string_view key, uint64_t value) {
+  char digits[24];
+  auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+  return kv(key, std::string_view{digits, static_cast<size_t>(end - digits)});
 }
 
 template <class Handle>
@@ -86,29 +98,66 @@ void add_images(std::vector<directory_row>& out, const fleet_state& st) {
   }
 }
 
+// A proxy's lines from its last status, then from its health. Pushed one
+// by one: an initializer list would copy every line once more.
+void add_status_lines(actor_row& row, const proxy_status& s) {
+  row.state = to_string(s.phase);
+  auto& d = row.details;
+  d.reserve(12);
+  d.push_back(kv("host", s.host));
+  d.push_back(kv("address", s.address));
+  d.push_back(kv("uid", s.uid));
+  d.push_back(kv("created at", s.created_at));
+  d.push_back(kv("adopted", s.adopted ? "yes" : "no"));
+  d.push_back(kv("polls", s.polls));
+  d.push_back(kv("replaced", s.replaced));
+  if (!s.last_error.empty())
+    d.push_back(kv("last error", s.last_error));
+}
+
+void add_health_lines(actor_row& row, const proxy_health& s) {
+  auto& d = row.details;
+  d.push_back(kv("rotation", s.in_rotation ? "in" : "out"));
+  if (s.drained)
+    d.push_back(kv("drained", "yes"));
+  auto probes = std::to_string(s.probes_ok);
+  probes.append(" ok, ").append(std::to_string(s.probes_failed)).append(" failed");
+  d.push_back(kv("probes", probes));
+  if (!s.last_probe.empty())
+    d.push_back(kv("last probe", s.last_probe));
+}
+
+// The view's entry for `name` in `m`, sorted by name like the fleet's own
+// map: `at` moves forward through it as the names do, so a listing walks
+// each map once instead of looking every name up (one comparison per row,
+// not a search of 100,000).
+template <class Map>
+const typename Map::mapped_type* next_of(const Map& m, typename Map::const_iterator& at,
+                                         const std::string& name) {
+  while (at != m.end() && at->first < name)
+    ++at;
+  return at != m.end() && at->first == name ? &at->second : nullptr;
+}
+
 void add_proxies(std::vector<directory_row>& out, const fleet_state& st) {
-  for (auto& [name, h] : st.proxies) {
-    auto e = entry(st, actor_kind::proxy, name, h);
-    if (auto v = st.view.proxies().find(name); v != st.view.proxies().end()) {
-      auto& s = v->second;
-      e.row.state = to_string(s.phase);
-      e.row.details = {kv("host", s.host), kv("address", s.address), kv("uid", s.uid),
-                         kv("created at", s.created_at),
-                         kv("adopted", s.adopted ? "yes" : "no"), kv("polls", s.polls),
-                         kv("replaced", s.replaced)};
-      if (!s.last_error.empty())
-        e.row.details.push_back(kv("last error", s.last_error));
-    }
-    if (auto hv = st.view.health().find(name); hv != st.view.health().end()) {
-      auto& s = hv->second;
-      e.row.details.push_back(kv("rotation", s.in_rotation ? "in" : "out"));
-      if (s.drained)
-        e.row.details.push_back(kv("drained", "yes"));
-      e.row.details.push_back(kv("probes", std::to_string(s.probes_ok) + " ok, "
-                                               + std::to_string(s.probes_failed) + " failed"));
-      if (!s.last_probe.empty())
-        e.row.details.push_back(kv("last probe", s.last_probe));
-    }
+  auto& seen = st.view.proxies();
+  auto& health = st.view.health();
+  auto& spawns = st.view.spawn_times();
+  auto s = seen.begin();
+  auto h = health.begin();
+  // "proxy/<name>" sorts like <name> within its kind.
+  auto t = spawns.lower_bound(actor_name(actor_kind::proxy, ""));
+  for (auto& [name, handle] : st.proxies) {
+    directory_row e;
+    e.row.kind = actor_kind::proxy;
+    e.row.name = name;
+    if (auto* at = next_of(spawns, t, actor_name(actor_kind::proxy, name)))
+      e.row.started_at = *at;
+    e.handle = caf::actor_cast<caf::actor>(handle);
+    if (auto* status = next_of(seen, s, name))
+      add_status_lines(e.row, *status);
+    if (auto* verdict = next_of(health, h, name))
+      add_health_lines(e.row, *verdict);
     out.push_back(std::move(e));
   }
 }
@@ -197,6 +246,7 @@ void add_cluster(std::vector<directory_row>& out, const fleet_state& st) {
 
 std::vector<directory_row> directory_of(const fleet_state& st) {
   std::vector<directory_row> out;
+  out.reserve(st.links.size() + st.images.size() + st.proxies.size() + 4);
   add_links(out, st);
   add_images(out, st);
   add_proxies(out, st);

@@ -160,6 +160,8 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
           [self, rp, only](std::vector<directory_row>& dir) mutable {
             auto job = std::make_shared<ls_job>();
             job->promise = rp;
+            job->rows.reserve(dir.size());
+            job->handles.reserve(dir.size());
             for (auto& d : dir) {
               // The detached calls are their owners' to report.
               if ((!only || *only == actor_kind::call) && d.calls)

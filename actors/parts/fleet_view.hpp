@@ -72,6 +72,8 @@ public:
   /// "health/health"): the inspector's directory shows when.
   void spawned(const std::string& what);
   std::string spawned_at(const std::string& what) const;
+  /// When each was spawned, by "<kind>/<name>" (a listing walks it in order).
+  const std::map<std::string, std::string>& spawn_times() const { return spawned_; }
 
   void reload_applied(const std::string& summary);
   void reload_rejected(const std::string& reason);
