@@ -16,10 +16,27 @@ std::vector<std::string> leased_to(const std::multimap<std::string, std::string>
   return v4;
 }
 
+// A brief the proxy may go without: its domain runs (a missing or stopped
+// one is always told, so a domain gone while the link looked away is never
+// taken for one that did not change) and it says what the proxy was last
+// told, word for word. A proxy that waits for an address always gets its
+// brief: each one without an address counts for its IP grace.
+bool nothing_new(const std::optional<domain_brief>& told, const domain_brief& b, bool waiting) {
+  bool runs = b.exists && (b.state == domain_state::running || b.state == domain_state::blocked);
+  return runs && !waiting && told && told->exists == b.exists && told->state == b.state
+         && told->uuid == b.uuid && told->leases == b.leases && told->addresses == b.addresses;
+}
+
 } // namespace
 
+void domain_watch::dialed() noexcept {
+  leases_ = lease_view::not_read;
+  for (auto& [_, w] : watchers_)
+    w.told.reset();
+}
+
 void domain_watch::watch(std::string name, proxy_actor proxy) {
-  watchers_[std::move(name)] = watcher{std::move(proxy), {}, false};
+  watchers_[std::move(name)] = watcher{std::move(proxy), {}, false, std::nullopt};
 }
 
 domain_watch::after_note domain_watch::note(address_watch& w) {
@@ -54,7 +71,7 @@ bool domain_watch::with_leases() const {
 
 // A diff against the previous read would miss a domain created after it and
 // gone while the link was dead (absent both times): every watcher gets a
-// brief.
+// brief unless its domain runs and nothing in the brief is new to it.
 std::vector<domain_watch::delivery> domain_watch::end_read(reading read) {
   reading_ = false;
   ++bulk_reads_;
@@ -85,6 +102,11 @@ std::vector<domain_watch::delivery> domain_watch::end_read(reading read) {
       brief.leases = read.leases;
     if (brief.leases == lease_view::read)
       brief.addresses = leased_to(by_mac, w.macs);
+    if (nothing_new(w.told, brief, w.waiting)) {
+      ++briefs_unchanged_;
+      continue;
+    }
+    w.told = brief;
     out.emplace_back(w.proxy, std::move(brief));
   }
   return out;

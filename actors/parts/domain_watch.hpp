@@ -68,7 +68,10 @@ public:
 
   /// The read ended: one brief per watching proxy, a missing domain's too
   /// (the proxy knows what it believes, the watch does not); each brief of
-  /// a proxy with known MACs carries their leased addresses.
+  /// a proxy with known MACs carries their leased addresses. Left out: a
+  /// running domain's brief that says exactly what this dial last told the
+  /// same proxy, which does not wait for an address (nothing in it it has
+  /// not had; a fleet at rest is otherwise a message per proxy per read).
   std::vector<delivery> end_read(reading read);
 
   /// The read failed: the next one is asked for as usual.
@@ -92,14 +95,17 @@ public:
   /// proxy it goes to, if the event is current and its domain watched.
   std::optional<proxy_actor> route(const domain_event& ev, uint64_t current, bool link_dead);
 
-  /// A new dial: a host behind the same name may list leases differently.
-  void dialed() noexcept { leases_ = lease_view::not_read; }
+  /// A new dial: a host behind the same name may list leases differently,
+  /// and whatever happened while it was down is told again to everyone.
+  void dialed() noexcept;
 
   // -- counts -------------------------------------------------------------------
 
   uint64_t events() const noexcept { return events_; }
   uint64_t bulk_reads() const noexcept { return bulk_reads_; }
   uint64_t lease_reads() const noexcept { return lease_reads_; }
+  /// Briefs left out as nothing new (see end_read).
+  uint64_t briefs_unchanged() const noexcept { return briefs_unchanged_; }
   lease_view leases() const noexcept { return leases_; }
 
 private:
@@ -107,6 +113,8 @@ private:
     proxy_actor proxy;
     std::vector<std::string> macs;
     bool waiting = false; // for an address: the lease timer runs
+    // The last brief this dial delivered to it (its name and time unused).
+    std::optional<domain_brief> told;
   };
 
   bool any_macs() const;
@@ -120,6 +128,7 @@ private:
   uint64_t events_ = 0;
   uint64_t bulk_reads_ = 0;
   uint64_t lease_reads_ = 0;
+  uint64_t briefs_unchanged_ = 0;
 };
 
 } // namespace egress

@@ -49,6 +49,80 @@ BOOST_AUTO_TEST_CASE(spec_27_every_watcher_gets_a_brief_a_missing_domain_too_and
   BOOST_CHECK_EQUAL(w.bulk_reads(), 1u);
 }
 
+namespace {
+
+domain_brief with_uuid(domain_brief b, std::string uuid) {
+  b.uuid = std::move(uuid);
+  return b;
+}
+
+std::map<std::string, domain_brief> read_of(domain_watch& w, std::vector<domain_brief> briefs,
+                                            lease_view leases = lease_view::not_read,
+                                            std::vector<lv::lease> lease_list = {}) {
+  BOOST_REQUIRE(w.begin_read());
+  domain_watch::reading read;
+  read.briefs = std::move(briefs);
+  read.leases = leases;
+  read.lease_list = std::move(lease_list);
+  return by_name(w.end_read(std::move(read)));
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(spec_27_a_running_domain_is_told_again_only_with_news) {
+  domain_watch w;
+  w.watch("p1", {});
+  w.watch("p2", {});
+  w.watch("p3", {});
+  auto first = std::vector<domain_brief>{with_uuid(running("p1"), "u1"),
+                                         with_uuid(running("p2"), "u2")};
+  BOOST_CHECK_EQUAL(read_of(w, first).size(), 3u); // p3 missing: told too
+  // Nothing new: the missing one is told again, the running ones not.
+  auto again = read_of(w, first);
+  BOOST_CHECK_EQUAL(again.size(), 1u);
+  BOOST_CHECK(again.count("p3") == 1 && !again["p3"].exists);
+  BOOST_CHECK_EQUAL(w.briefs_unchanged(), 2u);
+  // A state, a uuid: news.
+  auto paused = running("p1");
+  paused.state = domain_state::paused;
+  auto changed = read_of(w, {with_uuid(paused, "u1"), with_uuid(running("p2"), "u9")});
+  BOOST_CHECK_EQUAL(changed.size(), 3u);
+  // Paused is not running: told every time.
+  BOOST_CHECK_EQUAL(read_of(w, {with_uuid(paused, "u1"), with_uuid(running("p2"), "u9")}).size(),
+                    2u);
+  // A new dial tells everyone again; so does a proxy that replaced another.
+  w.dialed();
+  auto settled = std::vector<domain_brief>{with_uuid(running("p1"), "u1"),
+                                           with_uuid(running("p2"), "u9")};
+  BOOST_CHECK_EQUAL(read_of(w, settled).size(), 3u);
+  BOOST_CHECK_EQUAL(read_of(w, settled).size(), 1u);
+  w.watch("p2", {});
+  auto replaced = read_of(w, settled);
+  BOOST_CHECK_EQUAL(replaced.size(), 2u);
+  BOOST_CHECK(replaced.count("p2") == 1);
+}
+
+BOOST_AUTO_TEST_CASE(spec_28_a_waiting_proxy_gets_every_brief_and_a_moved_lease_is_news) {
+  domain_watch w;
+  w.watch("p1", {});
+  auto waits = said("p1", {"52:54:00:00:00:01"}, true);
+  w.note(waits);
+  std::vector<lv::lease> none;
+  auto brief = std::vector<domain_brief>{with_uuid(running("p1"), "u1")};
+  // Each read without an address counts for its IP grace: never left out.
+  BOOST_CHECK_EQUAL(read_of(w, brief, lease_view::read, none).size(), 1u);
+  BOOST_CHECK_EQUAL(read_of(w, brief, lease_view::read, none).size(), 1u);
+  auto done = said("p1", {"52:54:00:00:00:01"}, false);
+  w.note(done);
+  std::vector<lv::lease> at5 = {{"52:54:00:00:00:01", "10.0.0.5"}};
+  BOOST_CHECK_EQUAL(read_of(w, brief, lease_view::read, at5).size(), 1u);
+  BOOST_CHECK(read_of(w, brief, lease_view::read, at5).empty());
+  std::vector<lv::lease> at6 = {{"52:54:00:00:00:01", "10.0.0.6"}};
+  auto moved = read_of(w, brief, lease_view::read, at6);
+  BOOST_REQUIRE_EQUAL(moved.size(), 1u);
+  BOOST_CHECK((moved["p1"].addresses == std::vector<std::string>{"10.0.0.6"}));
+}
+
 BOOST_AUTO_TEST_CASE(spec_27_one_bulk_read_at_a_time_and_one_more_if_asked_meanwhile) {
   domain_watch w;
   BOOST_CHECK(w.begin_read());
