@@ -36,7 +36,9 @@
 //     convergence, in cores, and again at rest: S seconds from a caller
 //     timeout (71 s) after convergence, when the last request timeout of
 //     convergence has fired (CAF 0.17 cancels none); with the read-backs
-//     and bulk reads meanwhile;
+//     and bulk reads meanwhile, and the same less the test driver's side of
+//     those reads (one host's read timed alone first: libvirtd's CPU on a
+//     real host, as the driver's heap is its memory);
 //   - a domain destroyed out of band leaving the rotation: the engine
 //     (libvirt's event) against a loop reading its state every P ms
 //     (median of 5);
@@ -64,6 +66,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -87,6 +90,7 @@
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/libvirt/domains.hpp"
+#include "providers/libvirt/watch.hpp"
 #include "runtime/engine.hpp"
 #include "testbed/http_get.hpp"
 
@@ -216,6 +220,25 @@ double driver_bytes_per_domain(size_t k) {
   for (size_t i = 0; i < k; ++i)
     (void)egress::lv::delete_domain(**c, "driver-" + std::to_string(i));
   return per;
+}
+
+// What one bulk read of a host costs the in-process test driver: a private
+// host with `k` running domains (a host's share of the fleet), read `reads`
+// times on this thread; CPU ms per read. On a real host that work is
+// libvirtd's, as the domains' memory is.
+double driver_ms_per_read(size_t k, int reads) {
+  auto c = egress::lv::connection::open(private_driver_uri());
+  if (!c)
+    return 0;
+  for (size_t i = 0; i < k; ++i)
+    if (!egress::lv::define_and_start(**c, driver_domain("read-" + std::to_string(i)), {}))
+      return 0;
+  timespec a{}, b{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  for (int i = 0; i < reads; ++i)
+    (void)egress::lv::read_states(**c);
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  return ((b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6) / reads;
 }
 
 // What the test driver holds per host of its own, empty: `k` private
@@ -792,6 +815,7 @@ int groups_case(caf::actor_system& sys, size_t n, size_t hosts, long poll_ms) {
 struct memory_figures {
   double driver_domain_kib = 0; // per domain
   double driver_host_kib = 0;   // per private host
+  double driver_read_ms = 0;    // CPU per bulk read of one host
   long base_rss = 0;
   double base_heap = 0;
   long peak = 0;
@@ -887,6 +911,10 @@ void print_rest_of(const options& o, const run_figures& f) {
               o.rest_s, long(late), f.at_rest.cores);
   std::printf("  at rest: %.0f read-backs, %.0f bulk reads: %.2f libvirt calls/s per host\n",
               f.at_rest.reads, f.at_rest.bulks, f.at_rest.calls_per_s_host);
+  double driver_cores = f.at_rest.bulks * f.mem.driver_read_ms / 1000.0 / double(o.rest_s);
+  std::printf("  less the test driver's side of those reads (%.3f ms of CPU each, %zu domains,"
+              " measured alone first; libvirtd's on a real host): %.3f of a core\n",
+              f.mem.driver_read_ms, o.n / o.hosts, std::max(0.0, f.at_rest.cores - driver_cores));
   std::printf("  a domain destroyed out of band leaves the rotation after: engine %.1f ms, "
               "a %ld ms poll %.1f ms (median of 5): %.0fx sooner\n",
               f.destroyed.engine_ms, o.poll_ms, f.destroyed.poll_ms,
@@ -942,6 +970,7 @@ memory_figures measure_before(const options& o) {
   memory_figures m;
   m.driver_domain_kib = driver_bytes_per_domain(std::min<size_t>(o.n, 1000)) / 1024.0;
   m.driver_host_kib = driver_bytes_per_host(std::min<size_t>(o.hosts, 100)) / 1024.0;
+  m.driver_read_ms = driver_ms_per_read(o.n / o.hosts, 200);
   m.base_heap = heap_in_use();
   m.base_rss = rss_kib("VmRSS:");
   return m;
