@@ -84,6 +84,13 @@ void retire_worker(host_link_pointer self, const call_worker_actor& w) {
   self->send_exit(w, caf::exit_reason::user_shutdown);
 }
 
+// Once a bulk-read interval, before the safety-net read: the workers idle
+// since the last sweep quit, the one used last stays for that read.
+void sweep_idle_workers(host_link_pointer self) {
+  for (auto& w : self->state.pool.sweep_idle(1))
+    self->send_exit(w, caf::exit_reason::user_shutdown);
+}
+
 // A worker that answered takes the next call.
 void return_worker(host_link_pointer self, const call_worker_actor& w) {
   self->state.calls.finished(w.address());
@@ -518,7 +525,10 @@ host_link_actor::behavior_type make_host_link(host_link_pointer self,
       // call may follow for hours on a host at rest.
       publish_counts(self);
     },
-    [self](atom::poll) { on_safety_net_tick(self); },
+    [self](atom::poll) {
+      sweep_idle_workers(self);
+      on_safety_net_tick(self);
+    },
     [self](atom::link) { on_redial_tick(self); },
     [self](atom::counts) {
       self->state.armed.counts = false;

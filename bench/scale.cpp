@@ -26,6 +26,7 @@
 //   - with --compare-to M: M proxies over H*M/N hosts converged in a
 //     process of its own, run first (nothing of it stays in this one's
 //     memory), and this run's time against linear growth from it;
+//   - the process's threads right after convergence and at rest;
 //   - peak RSS per proxy, and the heap in use at rest per proxy split into
 //     the test driver's domains, the test driver's hosts (both measured
 //     alone before the engine starts: libvirtd's memory on a real host) and
@@ -822,6 +823,8 @@ struct memory_figures {
   double rss_per_proxy = 0;      // peak
   double rest_rss_per_proxy = 0;
   double rest_heap_kib = 0;      // per proxy
+  long threads_converged = 0;    // the process's threads right after convergence
+  long threads_at_rest = 0;      // and at rest
   // The test driver's share per proxy: its domain, its hosts.
   double driver_kib(size_t n, size_t hosts) const {
     return driver_domain_kib + driver_host_kib * double(hosts - 1) / double(n);
@@ -880,6 +883,9 @@ void print_memory(const options& o, const memory_figures& m) {
               " + the engine's own %.1f KiB\n",
               m.rest_heap_kib, m.driver_domain_kib, driver - m.driver_domain_kib,
               m.driver_host_kib, m.rest_heap_kib - driver);
+  std::printf("  threads: %ld right after convergence, %ld at rest (%.1f per host)\n",
+              m.threads_converged, m.threads_at_rest,
+              double(m.threads_at_rest) / double(std::max<size_t>(1, o.hosts)));
 }
 
 void print_ls(const ls_figures& l) {
@@ -997,6 +1003,7 @@ int run(const options& o, caf::actor_system& sys, caf::actor_system& client) {
       std::fprintf(stderr, "status query %d incomplete\n", i);
   }
   f.mem.peak = rss_kib("VmHWM:");
+  f.mem.threads_converged = rss_kib("Threads:");
   f.just_after = rest(eng, o.rest_s, o.hosts, "just after");
   // CAF 0.17 cancels no request's timeout: each fires once, up to a caller
   // timeout after its request, and wakes its requester for nothing. At rest
@@ -1004,6 +1011,7 @@ int run(const options& o, caf::actor_system& sys, caf::actor_system& client) {
   std::this_thread::sleep_until(run->t0 + milliseconds(long(f.took.s * 1000))
                                 + egress::caller_timeout(ec.hosts.front()) + seconds(1));
   f.at_rest = rest(eng, o.rest_s, o.hosts, "at rest");
+  f.mem.threads_at_rest = rss_kib("Threads:");
   f.mem.rest_rss_per_proxy = double(rss_kib("VmRSS:") - f.mem.base_rss) / double(o.n);
   f.mem.rest_heap_kib = (heap_in_use() - f.mem.base_heap) / 1024.0 / double(o.n);
   f.mem.rss_per_proxy = double(f.mem.peak - f.mem.base_rss) / double(o.n);

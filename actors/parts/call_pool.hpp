@@ -105,7 +105,7 @@ public:
   std::optional<Worker> idle_worker() {
     if (idle_.empty())
       return std::nullopt;
-    auto w = std::move(idle_.back());
+    auto w = std::move(idle_.back().worker);
     idle_.pop_back();
     return w;
   }
@@ -118,7 +118,26 @@ public:
   /// A worker that answered takes the next call (unless its thread ended).
   void return_worker(const Worker& w) {
     if (std::find(all_->begin(), all_->end(), w) != all_->end())
-      idle_.push_back(w);
+      idle_.push_back({w, sweeps_});
+  }
+
+  /// The idle workers that took no call since the last sweep, but the
+  /// `keep` used last: the link sends each an exit (idle, it quits at once)
+  /// and forgets it at its down message. Swept once a bulk-read interval, a
+  /// link at rest keeps one thread instead of max_calls of them for ever
+  /// (5,000 threads over 1,000 hosts, docs/notes/scale.md#threads).
+  std::vector<Worker> sweep_idle(size_t keep) {
+    std::vector<Worker> out;
+    // Returned in order: the back was used last.
+    auto last_kept = idle_.size() > keep ? idle_.size() - keep : 0;
+    for (size_t i = 0; i < last_kept; ++i)
+      if (idle_[i].since < sweeps_)
+        out.push_back(idle_[i].worker);
+    std::erase_if(idle_, [&](const idle_slot& x) {
+      return std::find(out.begin(), out.end(), x.worker) != out.end();
+    });
+    ++sweeps_;
+    return out;
   }
 
   /// A worker's thread ended: it is gone from the pool. False if `is_it`
@@ -126,7 +145,7 @@ public:
   template <class Predicate>
   bool forget_worker_if(Predicate is_it) {
     auto n = std::erase_if(*all_, is_it);
-    std::erase_if(idle_, is_it);
+    std::erase_if(idle_, [&](const idle_slot& x) { return is_it(x.worker); });
     return n > 0;
   }
 
@@ -239,7 +258,12 @@ private:
   std::map<uint64_t, running> in_flight_;
   uint32_t creates_ = 0;
   std::vector<connection_slot> connections_;
-  std::vector<Worker> idle_;
+  struct idle_slot {
+    Worker worker;
+    uint64_t since = 0; // the sweeps done when it was returned
+  };
+  std::vector<idle_slot> idle_;
+  uint64_t sweeps_ = 0;
   std::shared_ptr<std::vector<Worker>> all_ = std::make_shared<std::vector<Worker>>();
   uint64_t workers_started_ = 0;
   uint64_t overruns_ = 0;

@@ -131,6 +131,36 @@ BOOST_AUTO_TEST_CASE(spec_26_a_worker_is_reused_once_it_answered_and_never_once_
   BOOST_CHECK(!pool.forget_worker_if([](int w) { return w == 99; }));
 }
 
+BOOST_AUTO_TEST_CASE(spec_26_workers_idle_a_whole_interval_quit_but_the_one_used_last) {
+  pool_type pool{{5, 5, 0, 0}};
+  for (int w : {1, 2, 3})
+    pool.add_worker(w);
+  for (int w : {1, 2, 3})
+    pool.return_worker(w);
+  // Idle since before no sweep: not yet a whole interval.
+  BOOST_CHECK(pool.sweep_idle(1).empty());
+  // Worker 3 takes a call and answers; 1 and 2 stayed idle the whole interval.
+  auto busy = pool.idle_worker();
+  BOOST_REQUIRE(busy);
+  BOOST_CHECK_EQUAL(*busy, 3);
+  pool.return_worker(3);
+  auto gone = pool.sweep_idle(1);
+  BOOST_CHECK((std::set<int>(gone.begin(), gone.end()) == std::set<int>{1, 2}));
+  // They are not handed out again; 3 is, then nothing idle is left.
+  auto w = pool.idle_worker();
+  BOOST_REQUIRE(w);
+  BOOST_CHECK_EQUAL(*w, 3);
+  BOOST_CHECK(!pool.idle_worker());
+  // A pool at rest keeps the one used last however many sweeps pass.
+  pool.return_worker(3);
+  for (int i = 0; i < 3; ++i)
+    BOOST_CHECK(pool.sweep_idle(1).empty());
+  BOOST_CHECK(pool.idle_worker());
+  // Their down messages take them out of the pool.
+  BOOST_CHECK(pool.forget_worker_if([](int x) { return x == 1 || x == 2; }));
+  BOOST_CHECK_EQUAL(pool.workers()->size(), 1u);
+}
+
 BOOST_AUTO_TEST_CASE(spec_02_a_dead_link_hands_over_every_caller_worker_and_connection_at_once) {
   pool_type pool{{2, 2, 0, 0}};
   pool.add_connection(unopened());
