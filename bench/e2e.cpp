@@ -111,10 +111,15 @@
 #include "testbed/local_host.hpp"
 #include "testbed/testbed.hpp"
 
+#include "vm_bench.hpp"
 #include "figures.hpp"
 
 using namespace egress;
 using egress::test::figures;
+using egress::bench_cli::median;
+using egress::bench_cli::parse_int;
+using egress::bench_cli::script_domain;
+using egress::bench_cli::seed_and_start_script;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -135,13 +140,6 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  auto n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /// The load average and how many QEMU processes run on this machine (when
 /// a run starts, none of them is this bench's: other VMs compete for CPU).
@@ -401,16 +399,9 @@ public:
       };
       const auto& spec = cfg.proxies[i];
       // The domain the engine's proxy actor would create (actors/proxy.cpp).
-      domain_spec ds;
-      ds.name = spec.name;
-      ds.domain_type = hc.domain_type;
-      ds.vcpus = spec.vcpus;
-      ds.memory_mib = spec.memory_mib;
-      ds.network = spec.network;
-      ds.console_log = hc.console_log_dir + "/" + spec.name + ".console.log";
+      auto ds = script_domain(spec, hc);
       ds.kernel = kernel_path_;
       ds.initrd = initrd_path_;
-      ds.cmdline = spec.cmdline;
       ds.mark.uid = new_uid();
       ds.mark.created_at = now_rfc3339();
       ds.mark.entry = entry;
@@ -418,26 +409,7 @@ public:
                                     app_.initrd_sha256);
       ds.mark.host = spec.host;
       ds.mark.tags = spec.tags;
-      auto seed = cloudinit::render_seed({ds.mark.uid, spec.name,
-                                          static_cast<uint16_t>(spec.port), spec.allow_from});
-      if (!seed)
-        return fail("render_seed: " + render(seed.error()));
-      auto iso = cloudinit::build_seed_iso(*seed);
-      if (!iso)
-        return fail("build_seed_iso: " + render(iso.error()));
-      auto seed_vol = provision::proxy_volumes::of(entry, spec.name).seed;
-      // The pool is a dir pool: the volume's path is <pool dir>/<name>.
-      ds.seed = pool_dir_ + "/" + seed_vol;
-      auto xml = lv::build_domain_xml(ds);
-      if (!xml)
-        return fail("build_domain_xml: " + render(xml.error()));
-      auto iso_file = work_dir + "/" + spec.name + ".iso";
-      auto xml_file = work_dir + "/" + spec.name + ".xml";
-      testbed::write_file(iso_file, *iso);
-      testbed::write_file(xml_file, *xml);
-      auto script = "vol-create-as egress " + seed_vol + " " + std::to_string(iso->size())
-                    + " --format raw; vol-upload --pool egress " + seed_vol + " " + iso_file
-                    + "; define " + xml_file + "; start " + spec.name;
+      auto script = seed_and_start_script(ds, spec, entry, pool_dir_, work_dir);
       auto r = host_.libvirtd().virsh({script}, 120s);
       if (!r.ok())
         return fail("virsh " + script + ": " + r.output);
@@ -607,15 +579,6 @@ void print_run(const run_result& r) {
   }
 }
 
-int parse_int(const char* flag, const char* value, int lo, int hi) {
-  char* end = nullptr;
-  long v = value ? std::strtol(value, &end, 10) : 0;
-  if (!value || *end != '\0' || v < lo || v > hi) {
-    std::fprintf(stderr, "%s takes an integer in %d..%d\n", flag, lo, hi);
-    std::exit(2);
-  }
-  return static_cast<int>(v);
-}
 
 } // namespace
 

@@ -41,6 +41,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,10 +65,16 @@
 #include "testbed/local_host.hpp"
 #include "testbed/testbed.hpp"
 
+#include "vm_bench.hpp"
+#include "proc_cpu.hpp"
 #include "figures.hpp"
 
 using namespace egress;
 using egress::test::figures;
+using egress::bench_cli::median;
+using egress::bench_cli::parse_int;
+using egress::bench_cli::script_domain;
+using egress::bench_cli::seed_and_start_script;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -115,18 +122,7 @@ double since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  if (v.empty())
-    return -1;
-  std::sort(v.begin(), v.end());
-  auto n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
-std::string load_average() {
-  auto text = testbed::read_file("/proc/loadavg");
-  return text.substr(0, text.find(' ', text.find(' ', text.find(' ') + 1) + 1));
-}
 
 /// One host's times in a run, seconds from its start (< 0: not reached).
 struct host_times {
@@ -369,41 +365,18 @@ private:
     auto pool_dir = h.pool_dir();
     auto kernel = "k-" + t.proxy, initrd = "i-" + t.proxy;
     auto upload = [&](const std::string& vol, const std::string& file) {
-      auto size = std::to_string(testbed::read_file(file).size());
+      auto size = std::to_string(std::filesystem::file_size(file));
       return "vol-create-as egress " + vol + " " + size + " --format raw; vol-upload --pool egress "
              + vol + " " + file + "; ";
     };
     auto cfg = config({&h}, {{t.proxy, h.name()}});
     auto& spec = cfg.proxies.front();
     auto& hc = cfg.hosts.front();
-    domain_spec ds;
-    ds.name = spec.name;
-    ds.domain_type = hc.domain_type;
-    ds.vcpus = spec.vcpus;
-    ds.memory_mib = spec.memory_mib;
-    ds.network = spec.network;
-    ds.console_log = hc.console_log_dir + "/" + spec.name + ".console.log";
+    auto ds = script_domain(spec, hc);
     ds.kernel = pool_dir + "/" + kernel;
     ds.initrd = pool_dir + "/" + initrd;
-    ds.cmdline = spec.cmdline;
     ds.mark = {spec.name, now_rfc3339(), entry, std::string(64, '0'), {}, h.name(), {}, 0};
     ds.mark.uid = new_uid();
-    auto seed = cloudinit::render_seed({ds.mark.uid, spec.name, static_cast<uint16_t>(spec.port),
-                                        spec.allow_from});
-    if (!seed)
-      throw std::runtime_error("render_seed: " + render(seed.error()));
-    auto iso = cloudinit::build_seed_iso(*seed);
-    if (!iso)
-      throw std::runtime_error("build_seed_iso: " + render(iso.error()));
-    auto seed_vol = provision::proxy_volumes::of(entry, spec.name).seed;
-    ds.seed = pool_dir + "/" + seed_vol;
-    auto xml = lv::build_domain_xml(ds);
-    if (!xml)
-      throw std::runtime_error("build_domain_xml: " + render(xml.error()));
-    auto iso_file = work_dir + "/" + spec.name + ".iso";
-    auto xml_file = work_dir + "/" + spec.name + ".xml";
-    testbed::write_file(iso_file, *iso);
-    testbed::write_file(xml_file, *xml);
     auto script = upload(kernel, app_.dir + "/vmlinux") + upload(initrd, app_.dir + "/initrd.gz");
     if (disk_) {
       auto base = "d-" + t.proxy, overlay = "o-" + t.proxy;
@@ -413,13 +386,12 @@ private:
       ds.disk = pool_dir + "/" + overlay;
       ds.disk_format = "qcow2";
     }
+    auto start = seed_and_start_script(ds, spec, entry, pool_dir, work_dir);
     auto r = virsh(script, 600s);
     if (!r.ok())
       throw std::runtime_error("virsh images: " + r.output);
     t.images_ready = since(t0);
-    script = "vol-create-as egress " + seed_vol + " " + std::to_string(iso->size())
-             + " --format raw; vol-upload --pool egress " + seed_vol + " " + iso_file + "; define "
-             + xml_file + "; start " + spec.name;
+    script = start;
     r = virsh(script, 120s);
     if (!r.ok())
       throw std::runtime_error("virsh start: " + r.output);
@@ -493,15 +465,6 @@ void record(figures& csv, int round, const run_result& r) {
              figures::cell(t.rotation), figures::cell(t.guest_boot)});
 }
 
-int parse_int(const char* flag, const char* value, int lo, int hi) {
-  char* end = nullptr;
-  long v = value ? std::strtol(value, &end, 10) : 0;
-  if (!value || *end != '\0' || v < lo || v > hi) {
-    std::fprintf(stderr, "%s takes an integer in %d..%d\n", flag, lo, hi);
-    std::exit(2);
-  }
-  return static_cast<int>(v);
-}
 
 } // namespace
 
@@ -564,7 +527,7 @@ int main(int argc, char** argv) {
                 "forwarding_s", "rotation_s", "guest_boot_s"};
     std::vector<double> eng, scr, rot;
     for (int k = 0; k < o.rounds; ++k) {
-      std::printf("\n[round %d/%d] load %s\n", k + 1, o.rounds, load_average().c_str());
+      std::printf("\n[round %d/%d] load %s\n", k + 1, o.rounds, procfs::load_average().c_str());
       run_result er, sr;
       auto do_engine = [&] {
         b.make_cold();
