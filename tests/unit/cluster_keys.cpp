@@ -48,7 +48,7 @@ BOOST_AUTO_TEST_CASE(members_round_trip) {
   BOOST_CHECK(decode_avoid(encode_avoid({"hv1", "hv2"})) == (std::vector<std::string>{"hv1", "hv2"}));
 }
 
-BOOST_AUTO_TEST_CASE(a_member_the_config_would_not_accept_is_refused) {
+BOOST_AUTO_TEST_CASE(spec_41_another_nodes_member_the_config_would_not_accept_is_refused) {
   // Another node's share reaches this node's HAProxy: a name with a space
   // or a ';' would be a second command on its runtime API.
   for (auto bad : {member("px 1", "10.0.0.5"), member("px;x", "10.0.0.5"),
