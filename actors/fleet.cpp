@@ -495,23 +495,32 @@ using names_by_host = std::unordered_map<std::string, std::set<std::string>>;
 // every collection (at start, after each reload, every gc_period): 40% of
 // the fleet's time in the reload of bench/scale.cpp, which answered after
 // 9-16 s (docs/notes/scale.md#a-reload-of-1).
-names_by_host declared_by_host(const fleet_state& st) {
+// With `only`, that host's names alone (a pass on one host).
+names_by_host declared_by_host(const fleet_state& st, const std::string* only = nullptr) {
   names_by_host out;
+  auto add = [&](const std::string& host, const std::string& name) {
+    if (!only || host == *only)
+      out[host].insert(name);
+  };
   for (auto& p : st.cfg.proxies)
-    out[p.host].insert(p.name);
+    add(p.host, p.name);
   // Every member placed there, whatever the config as it runs says.
   for (auto& [member, at] : st.groups.host_of())
-    out[at].insert(member);
+    add(at, member);
   // A member handed over has a VM on both hosts until its original goes.
   for (auto& [name, ho] : st.handovers) {
-    out[ho.from].insert(name);
-    out[ho.to].insert(name);
+    add(ho.from, name);
+    add(ho.to, name);
   }
   // A proxy still draining keeps its VM until the drain ends and it retires.
   for (auto& [name, _] : st.retiring)
     if (auto i = st.view.proxies().find(name); i != st.view.proxies().end())
-      out[i->second.host].insert(name);
+      add(i->second.host, name);
   return out;
+}
+
+std::set<std::string> declared_on(const fleet_state& st, const std::string& host) {
+  return std::move(declared_by_host(st, &host)[host]);
 }
 
 // One host's collection; `declared`: what declared_by_host says of it. A
@@ -606,7 +615,7 @@ void collect_owed(fleet_pointer self, const link_status& now) {
       before != seen.end() && before->second.state == link_state::up)
     return;
   if (auto h = by_name(st.cfg.hosts, now.host))
-    collect_on(self, *h, std::move(declared_by_host(st)[h->name]), [](gc_report*) {});
+    collect_on(self, *h, declared_on(st, h->name), [](gc_report*) {});
 }
 
 // Repeats the first pass until it succeeded on every host, then runs again
@@ -703,7 +712,7 @@ config_diff converge(fleet_pointer self, engine_config next) {
       spawn_proxy(self, *p); // its VM is replaced by the new actor
     } else if (auto h = by_name(st.cfg.hosts, host); h && st.cfg.gc && st.gateway) {
       // Drained: now its VM goes (the reload's own pass kept it).
-      collect_on(self, *h, std::move(declared_by_host(st)[h->name]), [](gc_report*) {});
+      collect_on(self, *h, declared_on(st, h->name), [](gc_report*) {});
     }
   });
   return d;

@@ -79,7 +79,8 @@ call_worker_actor take_worker(host_link_pointer self) {
 }
 
 // A worker whose call was abandoned is never used again: the exit waits in
-// its mailbox behind the blocked call, and it quits once that returns.
+// its mailbox behind the blocked call, and it quits once that returns. An
+// idle one swept from the pool quits at once.
 void retire_worker(host_link_pointer self, const call_worker_actor& w) {
   self->send_exit(w, caf::exit_reason::user_shutdown);
 }
@@ -88,7 +89,7 @@ void retire_worker(host_link_pointer self, const call_worker_actor& w) {
 // since the last sweep quit, the one used last stays for that read.
 void sweep_idle_workers(host_link_pointer self) {
   for (auto& w : self->state.pool.sweep_idle(1))
-    self->send_exit(w, caf::exit_reason::user_shutdown);
+    retire_worker(self, w);
 }
 
 // A worker that answered takes the next call.

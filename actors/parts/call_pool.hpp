@@ -128,14 +128,16 @@ public:
   /// (5,000 threads over 1,000 hosts, docs/notes/scale.md#threads).
   std::vector<Worker> sweep_idle(size_t keep) {
     std::vector<Worker> out;
+    std::vector<idle_slot> kept;
     // Returned in order: the back was used last.
-    auto last_kept = idle_.size() > keep ? idle_.size() - keep : 0;
-    for (size_t i = 0; i < last_kept; ++i)
-      if (idle_[i].since < sweeps_)
-        out.push_back(idle_[i].worker);
-    std::erase_if(idle_, [&](const idle_slot& x) {
-      return std::find(out.begin(), out.end(), x.worker) != out.end();
-    });
+    auto sweepable = idle_.size() > keep ? idle_.size() - keep : 0;
+    for (size_t i = 0; i < idle_.size(); ++i) {
+      if (i < sweepable && idle_[i].since < sweeps_)
+        out.push_back(std::move(idle_[i].worker));
+      else
+        kept.push_back(std::move(idle_[i]));
+    }
+    idle_ = std::move(kept);
     ++sweeps_;
     return out;
   }
