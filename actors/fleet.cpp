@@ -1022,11 +1022,11 @@ void take_link_status(fleet_pointer self, link_status& s) {
   }
 }
 
-// `ls`: every actor, and the members no host can take (answered for by
-// the fleet itself).
-std::vector<directory_row> listing(fleet_pointer self) {
-  auto rows = directory_of(self->state);
-  add_unplaced(rows, self->state, caf::actor_cast<caf::actor>(self));
+// `ls`: the actors the query names, and the members no host can take
+// (answered for by the fleet itself).
+std::vector<directory_row> listing(fleet_pointer self, const ls_query& query) {
+  auto rows = directory_of(self->state, query);
+  add_unplaced(rows, self->state, caf::actor_cast<caf::actor>(self), query);
   return rows;
 }
 
@@ -1080,7 +1080,7 @@ fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
   start_fleet(self, std::move(cfg), std::move(hooks));
   self->set_down_handler([self](const caf::down_msg& msg) { on_down(self, msg); });
   return {
-    [self](atom::ls) { return listing(self); },
+    [self](atom::ls, const ls_query& query) { return listing(self, query); },
     [self](atom::status) { return status_of(self->state); },
     [self](atom::link, const std::string& host) -> caf::result<host_link_actor> {
       auto i = self->state.links.find(host);

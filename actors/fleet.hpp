@@ -112,13 +112,15 @@ const proxy_spec* spec_of(const fleet_state& st, const std::string& name);
 fleet_actor::behavior_type make_fleet(fleet_pointer self, engine_config cfg,
                                       fleet_hooks hooks);
 
-/// The fleet's actors with their state, for the inspector (fleet_directory.cpp).
-std::vector<directory_row> directory_of(const fleet_state& st);
+/// The fleet's actors the query names with their state, for the inspector
+/// (fleet_directory.cpp).
+std::vector<directory_row> directory_of(const fleet_state& st, const ls_query& query);
 
-/// A row for each group member no host can take now (the first 100), state
-/// "unplaced" and why, answered for by the fleet itself (`fleet`).
+/// A row for each group member no host can take now (the first 100) that
+/// the query names, state "unplaced" and why, answered for by the fleet
+/// itself (`fleet`).
 void add_unplaced(std::vector<directory_row>& rows, const fleet_state& st,
-                  const caf::actor& fleet);
+                  const caf::actor& fleet, const ls_query& query);
 
 /// How long a proxy waits for its link's answer: a dial, a wait in the queue
 /// behind one full budget, the call's own budget, and a second of slack.

@@ -5,6 +5,7 @@
 #include "actors/fleet.hpp"
 
 #include <charconv>
+#include <optional>
 #include <string_view>
 
 namespace egress {
@@ -39,6 +40,43 @@ directory_row entry(const fleet_state& st, actor_kind kind, std::string name,
   return e;
 }
 
+// What one `ls` asks of the directory: the rows of which kinds, of which
+// names, and whether with their details.
+class asked {
+public:
+  explicit asked(const ls_query& q) : q_(q), kind_(actor_kind_from(q.kind)) {}
+
+  // Every kind (""), the one named, or for "call" the kinds that own calls:
+  // their rows tell the inspector whom to ask. A word that names no kind
+  // lists nothing.
+  bool lists(actor_kind k) const {
+    if (q_.kind.empty())
+      return true;
+    if (kind_ == actor_kind::call)
+      return k == actor_kind::link || k == actor_kind::image || k == actor_kind::gateway
+             || k == actor_kind::health;
+    return kind_ == k;
+  }
+
+  // The name is filtered here only when the query names a kind that is
+  // not "call": calls are named after their owner's calls, and with every
+  // kind asked the inspector filters what comes back from everyone.
+  bool lists(actor_kind k, const std::string& name) const {
+    return lists(k) && (!by_name() || name == q_.name);
+  }
+
+  bool by_name() const {
+    return !q_.name.empty() && !q_.kind.empty() && kind_ != actor_kind::call;
+  }
+
+  const std::string& name() const { return q_.name; }
+  bool details() const { return q_.details; }
+
+private:
+  const ls_query& q_;
+  std::optional<actor_kind> kind_;
+};
+
 } // namespace
 
 namespace {
@@ -52,9 +90,13 @@ int64_t owner_token(const fleet_state& st, const std::string& host) {
 }
 
 // A host's link, with its cordon and drain when it has one (ls hosts).
-void add_links(std::vector<directory_row>& out, const fleet_state& st) {
+void add_links(std::vector<directory_row>& out, const fleet_state& st, const asked& q) {
+  if (!q.lists(actor_kind::link))
+    return;
   auto drains = drain_rows(st);
   for (auto& [host, h] : st.links) {
+    if (!q.lists(actor_kind::link, host))
+      continue;
     auto e = entry(st, actor_kind::link, host, h);
     e.calls = h;
     if (auto v = st.view.links().find(host); v != st.view.links().end()) {
@@ -67,7 +109,8 @@ void add_links(std::vector<directory_row>& out, const fleet_state& st) {
           e.row.state += ", " + describe(d);
       if (auto token = owner_token(st, host); token > 0)
         e.row.state += ", owner " + st.cfg.node + " token " + std::to_string(token);
-      e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
+      if (q.details())
+        e.row.details = {kv("calls in flight", s.in_flight), kv("queued", s.queued),
                          kv("limit", s.limit), kv("libvirt connections", s.connections),
                          kv("dials", s.dials), kv("deaths", s.deaths),
                          kv("budget overruns", s.overruns),
@@ -80,19 +123,25 @@ void add_links(std::vector<directory_row>& out, const fleet_state& st) {
   }
 }
 
-void add_images(std::vector<directory_row>& out, const fleet_state& st) {
+void add_images(std::vector<directory_row>& out, const fleet_state& st, const asked& q) {
+  if (!q.lists(actor_kind::image))
+    return;
   for (auto& [key, h] : st.images) {
+    if (!q.lists(actor_kind::image, key))
+      continue;
     auto e = entry(st, actor_kind::image, key, h);
     e.calls = h;
     if (auto v = st.view.images().find(key); v != st.view.images().end()) {
       auto& s = v->second;
       e.row.state = to_string(s.state);
-      e.row.details = {kv("volume", s.volume), kv("bytes", s.bytes), kv("total", s.total),
+      if (q.details()) {
+        e.row.details = {kv("volume", s.volume), kv("bytes", s.bytes), kv("total", s.total),
                          kv("rate B/s", s.rate_bps), kv("eta s", s.eta_s),
                          kv("fills", s.fills), kv("transfers", s.transfers),
                          kv("waiters", s.waiters)};
-      if (!s.last_error.empty())
-        e.row.details.push_back(kv("last error", s.last_error));
+        if (!s.last_error.empty())
+          e.row.details.push_back(kv("last error", s.last_error));
+      }
     }
     out.push_back(std::move(e));
   }
@@ -101,7 +150,6 @@ void add_images(std::vector<directory_row>& out, const fleet_state& st) {
 // A proxy's lines from its last status, then from its health. Pushed one
 // by one: an initializer list would copy every line once more.
 void add_status_lines(actor_row& row, const proxy_status& s) {
-  row.state = to_string(s.phase);
   auto& d = row.details;
   d.reserve(12);
   d.push_back(kv("host", s.host));
@@ -139,37 +187,52 @@ const typename Map::mapped_type* next_of(const Map& m, typename Map::const_itera
   return at != m.end() && at->first == name ? &at->second : nullptr;
 }
 
-void add_proxies(std::vector<directory_row>& out, const fleet_state& st) {
+void add_proxies(std::vector<directory_row>& out, const fleet_state& st, const asked& q) {
+  if (!q.lists(actor_kind::proxy))
+    return;
+  // Every proxy, or the one named (a `show` among 100,000 is one lookup).
+  auto from = q.by_name() ? st.proxies.lower_bound(q.name()) : st.proxies.begin();
+  auto to = q.by_name() ? st.proxies.upper_bound(q.name()) : st.proxies.end();
+  if (from == to)
+    return;
   auto& seen = st.view.proxies();
   auto& health = st.view.health();
   auto& spawns = st.view.spawn_times();
-  auto s = seen.begin();
-  auto h = health.begin();
+  auto s = seen.lower_bound(from->first);
+  auto h = health.lower_bound(from->first);
   // "proxy/<name>" sorts like <name> within its kind.
-  auto t = spawns.lower_bound(actor_name(actor_kind::proxy, ""));
-  for (auto& [name, handle] : st.proxies) {
+  auto t = spawns.lower_bound(actor_name(actor_kind::proxy, from->first));
+  for (auto i = from; i != to; ++i) {
+    auto& [name, handle] = *i;
     directory_row e;
     e.row.kind = actor_kind::proxy;
     e.row.name = name;
     if (auto* at = next_of(spawns, t, actor_name(actor_kind::proxy, name)))
       e.row.started_at = *at;
     e.handle = caf::actor_cast<caf::actor>(handle);
-    if (auto* status = next_of(seen, s, name))
+    auto* status = next_of(seen, s, name);
+    if (status)
+      e.row.state = to_string(status->phase);
+    if (status && q.details())
       add_status_lines(e.row, *status);
-    if (auto* verdict = next_of(health, h, name))
+    if (auto* verdict = next_of(health, h, name); verdict && q.details())
       add_health_lines(e.row, *verdict);
     out.push_back(std::move(e));
   }
 }
 
-void add_gateway(std::vector<directory_row>& out, const fleet_state& st) {
-  if (st.gateway) {
+void add_gateway(std::vector<directory_row>& out, const fleet_state& st, const asked& q) {
+  if (st.gateway && q.lists(actor_kind::gateway, st.cfg.gateway.socket)) {
     auto& g = st.view.gateway();
     auto e = entry(st, actor_kind::gateway, st.cfg.gateway.socket, st.gateway);
     e.calls = st.gateway;
     e.row.state = to_string(g.state);
     if (!g.reason.empty())
       e.row.state += " (" + g.reason + ")";
+    if (!q.details()) {
+      out.push_back(std::move(e));
+      return;
+    }
     for (auto& b : g.backends)
       e.row.details.push_back(kv("backend " + b.name + (b.tag.empty() ? "" : " (tag " + b.tag + ")"),
                                  std::to_string(b.servers) + " of " + std::to_string(b.desired)
@@ -193,8 +256,8 @@ void add_gateway(std::vector<directory_row>& out, const fleet_state& st) {
   }
 }
 
-void add_health(std::vector<directory_row>& out, const fleet_state& st) {
-  if (st.health) {
+void add_health(std::vector<directory_row>& out, const fleet_state& st, const asked& q) {
+  if (st.health && q.lists(actor_kind::health, "health")) {
     auto e = entry(st, actor_kind::health, "health", st.health);
     e.calls = st.health;
     size_t in = 0;
@@ -207,8 +270,8 @@ void add_health(std::vector<directory_row>& out, const fleet_state& st) {
 
 // The cluster actor (ls cluster): this node's phase and lease, then one
 // line per node of the store and per host (owner, token, state).
-void add_cluster(std::vector<directory_row>& out, const fleet_state& st) {
-  if (!st.cluster)
+void add_cluster(std::vector<directory_row>& out, const fleet_state& st, const asked& q) {
+  if (!st.cluster || !q.lists(actor_kind::cluster, st.cfg.node))
     return;
   auto e = entry(st, actor_kind::cluster, st.cfg.node, st.cluster);
   if (!st.clustered) {
@@ -218,6 +281,10 @@ void add_cluster(std::vector<directory_row>& out, const fleet_state& st) {
   }
   auto& c = st.clustered->status;
   e.row.state = c.phase + (c.reason.empty() ? std::string{} : " (" + c.reason + ")");
+  if (!q.details()) {
+    out.push_back(std::move(e));
+    return;
+  }
   auto age = c.lease_age_s < 0 ? std::string{"none"}
                                : std::to_string(static_cast<int64_t>(c.lease_age_s * 1000)) + " ms";
   e.row.details = {kv("lease", std::to_string(c.lease)), kv("lease confirmed", age + " ago"),
@@ -244,32 +311,38 @@ void add_cluster(std::vector<directory_row>& out, const fleet_state& st) {
 
 } // namespace
 
-std::vector<directory_row> directory_of(const fleet_state& st) {
+std::vector<directory_row> directory_of(const fleet_state& st, const ls_query& query) {
+  asked q{query};
   std::vector<directory_row> out;
-  out.reserve(st.links.size() + st.images.size() + st.proxies.size() + 4);
-  add_links(out, st);
-  add_images(out, st);
-  add_proxies(out, st);
-  add_gateway(out, st);
-  add_health(out, st);
-  add_cluster(out, st);
+  auto n = [&](actor_kind k, size_t count) { return q.lists(k) ? count : 0; };
+  out.reserve(n(actor_kind::link, st.links.size()) + n(actor_kind::image, st.images.size())
+              + n(actor_kind::proxy, st.proxies.size()) + 4);
+  add_links(out, st, q);
+  add_images(out, st, q);
+  add_proxies(out, st, q);
+  add_gateway(out, st, q);
+  add_health(out, st, q);
+  add_cluster(out, st, q);
   return out;
 }
 
 void add_unplaced(std::vector<directory_row>& rows, const fleet_state& st,
-                  const caf::actor& fleet) {
+                  const caf::actor& fleet, const ls_query& query) {
+  asked q{query};
   // Bounded: the reasons repeat, and each row is probed (the fleet answers
   // for the members it holds no actor for).
   constexpr size_t shown = 100;
   size_t n = 0;
   for (auto& w : st.groups.waiting()) {
-    if (st.groups.host_of().contains(w.member) || n++ >= shown)
+    if (!q.lists(actor_kind::proxy, w.member) || st.groups.host_of().contains(w.member)
+        || n++ >= shown)
       continue;
     directory_row e;
     e.row.kind = actor_kind::proxy;
     e.row.name = w.member;
     e.row.state = "unplaced";
-    e.row.details = {kv("why", w.reason)};
+    if (q.details())
+      e.row.details = {kv("why", w.reason)};
     e.handle = fleet;
     rows.push_back(std::move(e));
   }

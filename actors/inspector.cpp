@@ -22,6 +22,7 @@ using clock_type = std::chrono::steady_clock;
 /// of detached calls to ask for their calls (links and images).
 struct ls_job {
   caf::typed_response_promise<std::vector<actor_row>> promise;
+  ls_query query;
   std::vector<actor_row> rows;
   std::vector<caf::actor> handles;
   std::vector<directory_row> owners;
@@ -85,8 +86,13 @@ caf::behavior run_ls(caf::event_based_actor* self, std::shared_ptr<ls_job> job,
         e.liveness = no_reply(timeout);
         pg->calls.push_back(std::move(e));
       }
-    for (auto& c : pg->calls)
+    for (auto& c : pg->calls) {
+      if (!job->query.details)
+        c.details.clear();
       job->rows.push_back(std::move(c));
+    }
+    if (!job->query.name.empty())
+      std::erase_if(job->rows, [&](auto& e) { return e.name != job->query.name; });
     job->promise.deliver(std::move(job->rows));
     self->quit();
   };
@@ -148,18 +154,19 @@ make_inspector(inspector_pointer self, fleet_actor fleet, caf::timespan liveness
   self->state.liveness_timeout = liveness_timeout;
   self->state.reread_config = std::move(reread_config);
   return {
-    [self](atom::ls, std::string kind) -> caf::result<std::vector<actor_row>> {
+    [self](atom::ls, ls_query& query) -> caf::result<std::vector<actor_row>> {
       // Empty: every kind; a word that names no kind lists nothing.
-      auto only = actor_kind_from(kind);
-      if (!kind.empty() && !only)
+      auto only = actor_kind_from(query.kind);
+      if (!query.kind.empty() && !only)
         return std::vector<actor_row>{};
       auto rp = self->make_response_promise<std::vector<actor_row>>();
       // Well inside the shell's own 5 s: a slow fleet is reported as such.
-      self->request(self->state.fleet, std::chrono::seconds(2), atom::ls_v)
+      self->request(self->state.fleet, std::chrono::seconds(2), atom::ls_v, query)
         .then(
-          [self, rp, only](std::vector<directory_row>& dir) mutable {
+          [self, rp, only, query](std::vector<directory_row>& dir) mutable {
             auto job = std::make_shared<ls_job>();
             job->promise = rp;
+            job->query = std::move(query);
             job->rows.reserve(dir.size());
             job->handles.reserve(dir.size());
             for (auto& d : dir) {

@@ -277,7 +277,7 @@ actor_row peer_entry(const node_peer& p) {
 /// peer's, each under the node timeout; the nodes themselves are entries too.
 struct listing {
   caf::typed_response_promise<std::vector<actor_row>> rp;
-  std::string kind;
+  ls_query query;
   std::vector<actor_row> rows;
   std::vector<actor_row> nodes; // [0] this node, then the peers in order
   clock_type::time_point sent = clock_type::now();
@@ -297,20 +297,24 @@ struct listing {
   }
 
   void finish() {
-    if (kind.empty() || actor_kind_from(kind) == actor_kind::node)
+    if (query.kind.empty() || actor_kind_from(query.kind) == actor_kind::node)
       for (auto& n : nodes)
-        rows.push_back(std::move(n));
+        if (query.name.empty() || n.name == query.name) {
+          if (!query.details)
+            n.details.clear();
+          rows.push_back(std::move(n));
+        }
     rp.deliver(std::move(rows));
   }
 };
 
 /// This node's own actors (a peer's "here only" listing): the inspector's
 /// answer, delivered by this actor (only it talks to other processes).
-caf::result<std::vector<actor_row>> list_here(node_pointer self, std::string kind) {
-  if (actor_kind_from(kind) == actor_kind::node)
+caf::result<std::vector<actor_row>> list_here(node_pointer self, ls_query query) {
+  if (actor_kind_from(query.kind) == actor_kind::node)
     return std::vector<actor_row>{}; // the asking node lists the nodes
   auto rp = self->make_response_promise<std::vector<actor_row>>();
-  self->request(self->state.inspector, self->state.timeout, atom::ls_v, kind)
+  self->request(self->state.inspector, self->state.timeout, atom::ls_v, std::move(query))
     .then(
       [self, rp](std::vector<actor_row>& xs) mutable {
         for (auto& e : xs)
@@ -321,11 +325,11 @@ caf::result<std::vector<actor_row>> list_here(node_pointer self, std::string kin
   return rp;
 }
 
-caf::result<std::vector<actor_row>> list(node_pointer self, std::string kind) {
+caf::result<std::vector<actor_row>> list(node_pointer self, ls_query query) {
   auto& st = self->state;
   auto l = std::make_shared<listing>();
   l->rp = self->make_response_promise<std::vector<actor_row>>();
-  l->kind = kind;
+  l->query = query;
   l->nodes.push_back(this_node(st));
   for (auto& p : st.peers)
     l->nodes.push_back(peer_entry(p));
@@ -334,10 +338,10 @@ caf::result<std::vector<actor_row>> list(node_pointer self, std::string kind) {
       l->finish();
   };
   auto t = st.timeout;
-  bool only_nodes = actor_kind_from(kind) == actor_kind::node;
+  bool only_nodes = actor_kind_from(query.kind) == actor_kind::node;
   // `ls nodes` in a cluster: this node's view of the store (every node's
   // lease and hosts) comes with the nodes it is connected to.
-  auto asked = only_nodes ? std::string{to_string(actor_kind::cluster)} : kind;
+  auto asked = only_nodes ? ls_query{to_string(actor_kind::cluster), "", query.details} : query;
   {
     ++l->open;
     self->request(st.inspector, t, atom::ls_v, asked)
@@ -364,7 +368,7 @@ caf::result<std::vector<actor_row>> list(node_pointer self, std::string kind) {
           },
           failed);
     else
-      self->request(p.front, t, atom::ls_v, p.token, kind, true)
+      self->request(p.front, t, atom::ls_v, p.token, query, true)
         .then([l, done, at = i + 1](std::vector<actor_row>& xs) { l->take(at, xs), done(); },
               [self, failed, addr = p.address](caf::error& err) {
                 rehello_if_refused(self, addr, err);
@@ -662,11 +666,11 @@ node_actor::behavior_type make_node(node_pointer self, node_options opts) {
            std::string& proof) -> caf::result<std::string, std::string> {
       return admit(self, node_nonce, party_nonce, proof);
     },
-    [self, refused](atom::ls, std::string& token, std::string& kind,
+    [self, refused](atom::ls, std::string& token, ls_query& query,
                     bool here_only) -> caf::result<std::vector<actor_row>> {
       if (!self->state.gate.valid(token))
         return refused();
-      return here_only ? list_here(self, std::move(kind)) : list(self, std::move(kind));
+      return here_only ? list_here(self, std::move(query)) : list(self, std::move(query));
     },
     [self, refused](atom::status, std::string& token) -> caf::result<fleet_status> {
       if (!self->state.gate.valid(token))

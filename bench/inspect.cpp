@@ -9,11 +9,12 @@
 // nothing of the first). For each fleet, once every proxy is running, the
 // engine's inspector is published on 127.0.0.1 (port 0) and this prints:
 //   - converge: time until every proxy is running
-//   - fleet directory: the fleet's own `ls` (in process, no probes), and
-//     the inspector's `ls proxy` in process (directory + one sys/get/"info"
+//   - fleet directory: the fleet's own `ls proxy` (in process, no probes),
+//     and the inspector's `ls proxy` in process (directory + one sys/get/"info"
 //     liveness probe per proxy), no middleman: where the time goes
 //   - (a) in-process client: a second actor_system in this process connects
-//     with remote_actor<node_actor> and asks `ls proxy` (median and max
+//     with remote_actor<node_actor> and asks `ls proxy` as the shell's
+//     table does, without the details (median and max
 //     of 20), plus the answer's serialized size and its slowest probe
 //   - (b) caf-shell: `caf-shell 127.0.0.1:PORT -c "ls proxies" --json`, the
 //     binary next to this one, output to /dev/null (median and max wall time
@@ -142,12 +143,14 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
                out.converge_ms);
 
   // In process, no middleman: the fleet's directory alone, then the
-  // inspector's whole ls (directory + one liveness probe per proxy).
+  // inspector's whole ls (directory + one liveness probe per proxy), both
+  // as the shell's table asks (no details).
+  const egress::ls_query table{"proxy", "", false};
   for (int i = 0; i < client_runs; ++i) {
     caf::scoped_actor self{sys};
     auto q0 = steady_clock::now();
     size_t got = 0;
-    self->request(eng->fleet(), seconds(5), egress::atom::ls_v)
+    self->request(eng->fleet(), seconds(5), egress::atom::ls_v, table)
       .receive([&](std::vector<egress::directory_row>& xs) { got = xs.size(); },
                [&](caf::error&) {});
     out.directory.push_back(ms(steady_clock::now() - q0));
@@ -161,7 +164,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
     caf::scoped_actor self{sys};
     auto q0 = steady_clock::now();
     size_t got = 0;
-    self->request(eng->inspector(), seconds(5), egress::atom::ls_v, std::string{"proxy"})
+    self->request(eng->inspector(), seconds(5), egress::atom::ls_v, table)
       .receive([&](std::vector<egress::actor_row>& xs) { got = xs.size(); },
                [&](caf::error&) {});
     out.local.push_back(ms(steady_clock::now() - q0));
@@ -189,7 +192,7 @@ fleet_figures measure(caf::actor_system& sys, caf::actor_system& client, size_t 
     if (node->node() == client.node())
       std::fprintf(stderr, "warning: the inspector resolved to a local actor\n");
     for (int i = 0; i < client_runs; ++i) {
-      auto a = egress::test::ls_through(client, *node, "proxy");
+      auto a = egress::test::ls_through(client, *node, "proxy", false);
       out.client.push_back(a.ms);
       if (a.rows.size() != n) {
         std::fprintf(stderr, "%s: ls %d over the middleman incomplete (%zu entries%s%s)\n",

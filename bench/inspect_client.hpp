@@ -104,17 +104,19 @@ struct ls_answer {
 };
 
 /// The node actor's `ls kind` from `client` (another actor system), with
-/// caf-shell's own timeout (5 s). No secret is configured on the bench's
-/// nodes: any token passes (the shell's hello costs two more round trips,
-/// once per process).
+/// caf-shell's own timeout (5 s): with the details as `ls --json` asks, or
+/// without as the shell's table does. No secret is configured on the
+/// bench's nodes: any token passes (the shell's hello costs two more round
+/// trips, once per process).
 inline ls_answer ls_through(caf::actor_system& client, const egress::node_actor& node,
-                            const std::string& kind,
+                            const std::string& kind, bool details,
                             caf::timespan timeout = std::chrono::seconds(5)) {
   ls_answer out;
   auto t0 = std::chrono::steady_clock::now();
   {
     caf::scoped_actor self{client};
-    self->request(node, timeout, egress::atom::ls_v, std::string{}, kind, false)
+    self->request(node, timeout, egress::atom::ls_v, std::string{},
+                  egress::ls_query{kind, "", details}, false)
       .receive([&](std::vector<egress::actor_row>& r) { out.rows = std::move(r); },
                [&](caf::error& err) { out.failed = std::move(err); });
   }

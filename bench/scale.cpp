@@ -44,8 +44,10 @@
 //     (libvirt's event) against a loop reading its state every P ms
 //     (median of 5);
 //   - `ls proxies` as caf-shell asks it: the node actor asked from a second
-//     actor system through the middleman (median and max of 5; rows, serialized size, probes without
-//     "ok"), then the caf-shell process itself with --json (median of 3);
+//     actor system through the middleman (median and max of 5; rows,
+//     serialized size, probes without "ok"), without the details as the
+//     shell's table asks and with them as `ls --json` does, then the
+//     caf-shell process itself, the table and --json (median of 3 each);
 //   - a metrics scrape: GET /metrics from the engine's metrics endpoint
 //     (time and size, median of 5);
 //   - a reload that changes 1% of the proxies (memory-mib of every
@@ -560,12 +562,15 @@ struct ls_figures {
   std::vector<double> inspector_ms; // the inspector's ls proxy, in process
   std::vector<double> client_ms; // through the middleman, answered in full
   std::vector<double> client_cpu_ms; // this process's CPU (engine and client) per ls
+  std::vector<double> details_ms; // the same with the details (ls --json)
+  size_t details_bytes = 0;
   size_t failures = 0;           // answers that failed or came short
   std::string failure;           // the last failure's text
   size_t rows = 0;
   size_t bytes = 0;
   size_t not_ok = 0;             // rows whose liveness probe did not answer "ok"
   std::vector<double> shell_ms;  // the caf-shell process, --json
+  std::vector<double> shell_table_ms; // the caf-shell process, its table
   int shell_rc = 0;              // the last nonzero exit of caf-shell
 };
 
@@ -576,14 +581,22 @@ void list_from_client(ls_figures& out, caf::actor_system& client, uint16_t port,
     ++out.failures;
     return;
   }
-  for (int i = 0; i < 5; ++i) {
+  // Alternately without and with the details, so that both see the same
+  // machine.
+  for (int i = 0; i < 10; ++i) {
+    bool details = i % 2 == 1;
     auto cpu0 = cpu_seconds();
-    auto a = egress::test::ls_through(client, *node, "proxy");
+    auto a = egress::test::ls_through(client, *node, "proxy", details);
     auto cpu_ms = 1000 * (cpu_seconds() - cpu0);
     if (a.failed || a.rows.size() != n) {
       ++out.failures;
       out.failure = a.failed ? client.render(a.failed)
                              : std::to_string(a.rows.size()) + " of " + std::to_string(n) + " rows";
+      continue;
+    }
+    if (details) {
+      out.details_ms.push_back(a.ms);
+      out.details_bytes = egress::test::serialized_bytes(client, a.rows);
       continue;
     }
     out.client_ms.push_back(a.ms);
@@ -600,21 +613,25 @@ void list_from_shell(ls_figures& out, uint16_t port) {
     std::fprintf(stderr, "no caf-shell at %s: its runs are left out\n", shell.c_str());
     return;
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 6; ++i) {
+    bool json = i % 2 == 1;
+    std::vector<std::string> argv{shell, "127.0.0.1:" + std::to_string(port), "-c",
+                                  "ls proxies", "--identity=" + egress::test::identity_dir()};
+    if (json)
+      argv.push_back("--json");
     auto t0 = steady_clock::now();
-    int rc = egress::test::run_quiet({shell, "127.0.0.1:" + std::to_string(port), "-c",
-                                      "ls proxies", "--json",
-                                      "--identity=" + egress::test::identity_dir()});
-    if (rc == 0)
-      out.shell_ms.push_back(ms(steady_clock::now() - t0));
-    else
+    int rc = egress::test::run_quiet(argv);
+    if (rc != 0)
       out.shell_rc = rc;
+    else
+      (json ? out.shell_ms : out.shell_table_ms).push_back(ms(steady_clock::now() - t0));
   }
 }
 
-// Where an ls goes, in process: the fleet's directory alone (every actor
-// with its state and details, no probes), then the inspector's whole
-// listing (the directory and a liveness probe per proxy), no middleman.
+// Where an ls goes, in process: the fleet's directory alone (every proxy
+// with its state, no probes), then the inspector's whole listing (the
+// directory and a liveness probe per proxy), no middleman; both as the
+// shell's table asks, without the details.
 template <class Result, class Request>
 std::vector<double> five_in_process(caf::actor_system& sys, Request request) {
   std::vector<double> out;
@@ -634,11 +651,12 @@ ls_figures list_proxies(caf::actor_system& sys, caf::actor_system& client,
   ls_figures out;
   using directory = std::vector<egress::directory_row>;
   using rows = std::vector<egress::actor_row>;
+  const egress::ls_query table{"proxy", "", false};
   out.directory_ms = five_in_process<directory>(sys, [&](caf::scoped_actor& self) {
-    return self->request(eng.fleet(), seconds(30), egress::atom::ls_v);
+    return self->request(eng.fleet(), seconds(30), egress::atom::ls_v, table);
   });
   out.inspector_ms = five_in_process<rows>(sys, [&](caf::scoped_actor& self) {
-    return self->request(eng.inspector(), seconds(30), egress::atom::ls_v, std::string{"proxy"});
+    return self->request(eng.inspector(), seconds(30), egress::atom::ls_v, table);
   });
   list_from_client(out, client, port, n);
   list_from_shell(out, port);
@@ -899,9 +917,14 @@ void print_ls(const ls_figures& l) {
   std::printf("    answer: %zu rows, %.1f KiB serialized, %zu without an \"ok\" probe%s%s\n",
               l.rows, double(l.bytes) / 1024.0, l.not_ok, l.failures ? "; last failure: " : "",
               l.failure.c_str());
-  std::printf("    caf-shell -c \"ls proxies\" --json, the whole process: median %.1f ms"
-              " (%zu of 3 exited 0%s)\n",
-              median(l.shell_ms), l.shell_ms.size(),
+  std::printf("    with the details (as ls --json asks): median %.1f ms, %.1f KiB serialized;"
+              " without/with %.2f\n",
+              median(l.details_ms), double(l.details_bytes) / 1024.0,
+              ratio(median(l.client_ms), median(l.details_ms)));
+  std::printf("    caf-shell -c \"ls proxies\", the whole process: median %.1f ms (table),"
+              " %.1f ms (--json) (%zu and %zu of 3 exited 0%s)\n",
+              median(l.shell_table_ms), median(l.shell_ms), l.shell_table_ms.size(),
+              l.shell_ms.size(),
               l.shell_rc ? (", last exit " + std::to_string(l.shell_rc)).c_str() : "");
 }
 
@@ -949,7 +972,8 @@ void write_csv(const options& o, const run_figures& f) {
               "ls_not_ok", "shell_ls_ms", "scrape_ms", "scrape_kib", "reload_apply_ms",
               "reload_converge_s", "reload_others_touched", "compare_proxies",
               "compare_converge_s", "times_linear", "just_after_cpu_cores", "converge_cpu_s",
-              "compare_converge_cpu_s"};
+              "compare_converge_cpu_s", "ls_details_ms", "ls_details_kib",
+              "shell_table_ms"};
   auto grow = o.compare_to ? double(o.n) / double(o.compare_to) : 0.0;
   auto linear = grow > 0 ? ratio(f.took.s, f.compare.s) / grow : 0.0;
   csv.row({std::to_string(o.n), std::to_string(o.hosts), std::to_string(o.poll_ms),
@@ -967,7 +991,9 @@ void write_csv(const options& o, const run_figures& f) {
            std::to_string(f.reloaded.others_touched), std::to_string(o.compare_to),
            figures::cell(f.compare.s), figures::cell(linear),
            figures::cell(f.just_after.cores), figures::cell(f.took.cpu_s),
-           figures::cell(f.compare.cpu_s)});
+           figures::cell(f.compare.cpu_s), figures::cell(median(f.ls.details_ms)),
+           figures::cell(double(f.ls.details_bytes) / 1024.0),
+           figures::cell(median(f.ls.shell_table_ms))});
 }
 
 // The test driver's share, measured alone, and the baselines, before the

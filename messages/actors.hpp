@@ -281,9 +281,10 @@ using cluster_actor = caf::typed_actor<
 
 /// The engine's root: desired state from config, status for everyone.
 using fleet_actor = status_interface<fleet_status>::extend<
-  // Every actor the fleet runs, with its state and handle (the inspector's
-  // directory).
-  caf::replies_to<atom::ls>::with<std::vector<directory_row>>,
+  // The actors the fleet runs that the query names, with their state and
+  // handle (the inspector's directory); for kind "call", the actors that
+  // own calls.
+  caf::replies_to<atom::ls, ls_query>::with<std::vector<directory_row>>,
   caf::replies_to<atom::link, std::string>::with<host_link_actor>,
   caf::replies_to<atom::kill, std::string>::with<link_status>,
   // Drains (true) or undrains (false) one proxy (the health actor's).
@@ -345,11 +346,11 @@ using fleet_actor = status_interface<fleet_status>::extend<
 /// below fronts it (and its peers') for caf-shell. Everything it answers is
 /// serializable.
 using inspector_actor = status_interface<fleet_status>::extend<
-  // The fleet's actors of one kind (link, image, proxy, health; "" for all),
-  // each with its state and a liveness probe: CAF's built-in
-  // sys/get/"info" request with a short timeout, so a wedged actor shows as
-  // "no reply" instead of hanging the shell.
-  caf::replies_to<atom::ls, std::string>::with<std::vector<actor_row>>,
+  // The fleet's actors the query names (a kind or all, a name or all, with
+  // or without their details), each with its state and a liveness probe:
+  // CAF's built-in sys/get/"info" request with a short timeout, so a wedged
+  // actor shows as "no reply" instead of hanging the shell.
+  caf::replies_to<atom::ls, ls_query>::with<std::vector<actor_row>>,
   // watch: the watcher gets every engine_event from now on.
   caf::reacts_to<atom::subscribe, engine_events_actor>,
   // kill-link: declares the host's link dead now (it redials on the next call).
@@ -388,11 +389,11 @@ using node_actor = caf::typed_actor<
   caf::replies_to<atom::hello, std::string>::with<std::string, std::string>,
   caf::replies_to<atom::hello, std::string, std::string, std::string>::with<std::string,
                                                                            std::string>,
-  // (token, kind, here only): every node's actors of one kind ("" for all,
+  // (token, query, here only): every node's actors the query names (kind
   // "node" for the nodes themselves: up, dialing, or down since when and
   // why), each with the node it runs on. A node that does not answer in
   // time is listed as such. "here only": this node's actors (a peer asks).
-  caf::replies_to<atom::ls, std::string, std::string, bool>::with<std::vector<actor_row>>,
+  caf::replies_to<atom::ls, std::string, ls_query, bool>::with<std::vector<actor_row>>,
   // (token): this node's fleet.
   caf::replies_to<atom::status, std::string>::with<fleet_status>,
   // (token, watcher): watch: every node's events, plus nodes going up and

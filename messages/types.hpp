@@ -638,6 +638,23 @@ typename Inspector::result_type inspect(Inspector& f, engine_event& x) {
   return f(caf::meta::type_name("engine_event"), x.at, x.kind, x.name, x.what, x.node);
 }
 
+/// What an `ls` asks for: the actors of one kind (an actor_kind's
+/// to_string; "" for every kind), of one name or of every name (""), and
+/// whether their detail lines come with them. caf-shell's `ls` prints no
+/// detail and `show` wants one actor: at 100,000 proxies the details were
+/// most of a listing's bytes and of the fleet's time to build it
+/// (docs/notes/scale.md#ls-proxies).
+struct ls_query {
+  std::string kind;
+  std::string name;
+  bool details = true;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ls_query& x) {
+  return f(caf::meta::type_name("ls_query"), x.kind, x.name, x.details);
+}
+
 /// One actor as the inspector shows it (caf-shell's ls and show).
 struct actor_row {
   actor_kind kind = actor_kind::fleet;

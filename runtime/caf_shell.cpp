@@ -316,7 +316,9 @@ public:
       fail("usage: " + w[0] + " [links|hosts|images|proxies|health|gateway|calls|nodes]");
       return std::nullopt;
     }
-    return ask_ls(*kind);
+    // Only `ls --json` prints the details: the rest leave them on the node.
+    bool details = w[0] == "ls" && json_;
+    return ask_ls({*kind, "", details});
   }
 
   // For shell completion (dist/bash-completion/caf-shell): one name per
@@ -345,11 +347,11 @@ public:
     if (w.size() != 3 || !kind_of(w[1]) || kind_of(w[1])->empty())
       return fail("usage: show <link|image|proxy|health|gateway|call|node> <name>");
     auto kind = *kind_of(w[1]);
-    auto xs = ask_ls(kind);
+    auto xs = ask_ls({kind, w[2], true});
     if (!xs)
       return false;
     for (auto& e : *xs)
-      if (e.name == w[2]) {
+      if (e.name == w[2] && to_string(e.kind) == kind) {
         print_show(e);
         return true;
       }
@@ -570,9 +572,9 @@ private:
     return std::nullopt;
   }
 
-  std::optional<std::vector<actor_row>> ask_ls(const std::string& kind) {
+  std::optional<std::vector<actor_row>> ask_ls(const ls_query& query) {
     auto out = ask<std::vector<actor_row>>([&](caf::scoped_actor& self) {
-      return self->request(inspector_, timeout_, atom::ls_v, token_, kind, false);
+      return self->request(inspector_, timeout_, atom::ls_v, token_, query, false);
     });
     if (!out)
       return std::nullopt;

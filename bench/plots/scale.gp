@@ -38,6 +38,8 @@ set ylabel "ms"
 set logscale y
 set yrange [0.1:10000]
 plot csv skip 1 using 1:16 with linespoints pt 7 lw 2 title "ls proxies through the node actor", \
+     '' skip 1 using 1:31 with linespoints pt 3 lw 2 title "the same with the details (as --json)", \
+     '' skip 1 using 1:33 with linespoints pt 2 lw 2 title "caf-shell -c 'ls proxies' (process)", \
      '' skip 1 using 1:19 with linespoints pt 6 lw 2 title "caf-shell -c 'ls proxies' --json (process)", \
      '' skip 1 using 1:20 with linespoints pt 5 lw 2 title "GET /metrics", \
      '' skip 1 using 1:7 with linespoints pt 4 lw 2 title "status query (in process)", \

@@ -6,6 +6,8 @@
 #define BOOST_TEST_MODULE fleet
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
@@ -58,6 +60,17 @@ std::map<std::string, std::string> uids(const fleet_status& st) {
   std::map<std::string, std::string> out;
   for (auto& p : st.proxies)
     out[p.name] = p.uid;
+  return out;
+}
+
+// The fleet's directory for `query` (what the inspector gets before its
+// probes).
+std::vector<directory_row> directory(caf::actor_system& sys, engine& eng, ls_query query) {
+  caf::scoped_actor self{sys};
+  std::vector<directory_row> out;
+  self->request(eng.fleet(), 10s, atom::ls_v, std::move(query))
+    .receive([&](std::vector<directory_row>& r) { out = std::move(r); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
   return out;
 }
 
@@ -211,7 +224,7 @@ BOOST_AUTO_TEST_CASE(spec_32_a_group_beyond_every_host_s_room_is_placed_and_the_
   BOOST_CHECK(st->groups[0].waiting[0].find("full (max-proxies 2)") != std::string::npos);
   caf::scoped_actor self{*sys};
   std::vector<actor_row> rows;
-  self->request(eng->inspector(), 5s, atom::ls_v, std::string{"proxy"})
+  self->request(eng->inspector(), 5s, atom::ls_v, ls_query{"proxy", "", true})
     .receive([&](std::vector<actor_row>& r) { rows = std::move(r); },
              [&](caf::error& err) { BOOST_FAIL(render(err)); });
   size_t unplaced = 0;
@@ -226,6 +239,48 @@ BOOST_AUTO_TEST_CASE(spec_32_a_group_beyond_every_host_s_room_is_placed_and_the_
   auto w = test::witness();
   for (auto n : {"big-1", "big-2"})
     lv::delete_domain(*w, n);
+}
+
+// Invariant 43: an ls builds only the kind, the name and the details it
+// asks for: the shell's table gets every proxy's state and no details, a
+// `show` one row with its details, and `ls links` no proxy at all.
+BOOST_AUTO_TEST_CASE(spec_43_an_ls_builds_only_the_kind_name_and_details_it_asks_for) {
+  auto eng = engine::start(*sys, fleet_of("lsq", {"lq-1", "lq-2", "lq-3"}));
+  test::stop_on_exit guard{eng};
+  BOOST_REQUIRE(eng);
+  BOOST_REQUIRE(wait_status(*eng, [](auto& st) { return all_running(st, 3); }));
+  auto table = directory(*sys, *eng, {"proxy", "", false});
+  BOOST_REQUIRE_EQUAL(table.size(), 3u);
+  for (auto& d : table) {
+    BOOST_CHECK(d.row.kind == actor_kind::proxy);
+    BOOST_CHECK_EQUAL(d.row.state, "running");
+    BOOST_CHECK(d.row.details.empty());
+  }
+  auto one = directory(*sys, *eng, {"proxy", "lq-2", true});
+  BOOST_REQUIRE_EQUAL(one.size(), 1u);
+  BOOST_CHECK_EQUAL(one[0].row.name, "lq-2");
+  BOOST_CHECK(std::find(one[0].row.details.begin(), one[0].row.details.end(), "host: hv1")
+              != one[0].row.details.end());
+  BOOST_CHECK(directory(*sys, *eng, {"proxy", "nobody", true}).empty());
+  auto links = directory(*sys, *eng, {"link", "", true});
+  BOOST_REQUIRE_EQUAL(links.size(), 1u);
+  BOOST_CHECK(links[0].row.kind == actor_kind::link && !links[0].row.details.empty());
+  // Calls: the actors that own calls, whatever their name.
+  for (auto& d : directory(*sys, *eng, {"call", "hv1#1", false}))
+    BOOST_CHECK(d.row.kind != actor_kind::proxy && d.calls);
+  BOOST_CHECK(directory(*sys, *eng, {"no-such-kind", "", true}).empty());
+  // Through the inspector: the table's rows, probed, without details.
+  caf::scoped_actor self{*sys};
+  std::vector<actor_row> rows;
+  self->request(eng->inspector(), 5s, atom::ls_v, ls_query{"proxy", "lq-3", false})
+    .receive([&](std::vector<actor_row>& r) { rows = std::move(r); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  BOOST_REQUIRE_EQUAL(rows.size(), 1u);
+  BOOST_CHECK(rows[0].details.empty() && rows[0].liveness.rfind("ok", 0) == 0);
+  BOOST_REQUIRE(!eng->stop());
+  auto w = test::witness();
+  for (auto n : {"lq-1", "lq-2", "lq-3"})
+    BOOST_CHECK(!lv::delete_domain(*w, n));
 }
 
 // A reload applies only the difference: the unchanged proxy keeps its VM

@@ -34,7 +34,7 @@ using namespace std::chrono_literals;
 namespace {
 
 caf::behavior stub_fleet(caf::event_based_actor*, std::vector<directory_row> dir) {
-  return {[dir](atom::ls) { return dir; }};
+  return {[dir](atom::ls, const ls_query&) { return dir; }};
 }
 
 } // namespace
@@ -55,7 +55,7 @@ BOOST_FIXTURE_TEST_CASE(spec_19_a_wedged_actor_shows_as_no_reply_within_the_time
   caf::scoped_actor self{*sys};
   auto t0 = std::chrono::steady_clock::now();
   std::vector<actor_row> got;
-  self->request(insp, 5s, atom::ls_v, std::string{"proxy"})
+  self->request(insp, 5s, atom::ls_v, ls_query{"proxy", "", true})
     .receive([&](std::vector<actor_row>& xs) { got = std::move(xs); },
              [&](caf::error& err) { BOOST_FAIL(render(err)); });
   auto took = std::chrono::steady_clock::now() - t0;
@@ -97,7 +97,7 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   auto insp = sys->spawn(make_inspector, fleet, caf::timespan{300ms}, config_source{});
   caf::scoped_actor self{*sys};
   std::vector<actor_row> got;
-  self->request(insp, 5s, atom::ls_v, std::string{"call"})
+  self->request(insp, 5s, atom::ls_v, ls_query{"call", "", true})
     .receive([&](std::vector<actor_row>& xs) { got = std::move(xs); },
              [&](caf::error& err) { BOOST_FAIL(render(err)); });
   BOOST_REQUIRE_EQUAL(got.size(), 2u);
@@ -108,7 +108,7 @@ BOOST_FIXTURE_TEST_CASE(ls_calls_gathers_the_owners_calls_and_names_a_wedged_own
   BOOST_CHECK_EQUAL(got[1].state, "unknown: its owner did not list them");
   BOOST_CHECK_EQUAL(got[1].liveness, "no reply within 300 ms");
   // "ls" of everything includes the calls beside the actors.
-  self->request(insp, 5s, atom::ls_v, std::string{})
+  self->request(insp, 5s, atom::ls_v, ls_query{})
     .receive([&](std::vector<actor_row>& xs) { got = std::move(xs); },
              [&](caf::error& err) { BOOST_FAIL(render(err)); });
   BOOST_CHECK_EQUAL(got.size(), 5u);

@@ -40,7 +40,7 @@ BOOST_FIXTURE_TEST_CASE(spec_20_the_node_answers_tokens_not_senders, test::engin
   auto ls = [&](const std::string& token) {
     err = caf::error{};
     xs.clear();
-    self->request(node, 5s, atom::ls_v, token, std::string{"proxy"}, false)
+    self->request(node, 5s, atom::ls_v, token, ls_query{"proxy", "", true}, false)
       .receive([&](std::vector<actor_row>& r) { xs = std::move(r); },
                [&](caf::error& e) { err = std::move(e); });
   };
