@@ -242,6 +242,21 @@ void retire_link(fleet_pointer self, const std::string& host, const std::string&
   st.book->hosts.erase(host);
 }
 
+images::image_source source_of(const image_config& c) {
+  return {c.name, c.url, c.sha256, c.size, c.format, c.max_size};
+}
+
+// The node's copies of images no longer declared (or declared with another
+// digest) go: the stage holds what the config names, nothing more.
+void keep_staged_images(const fleet_state& st) {
+  if (!st.hooks.stage)
+    return;
+  std::set<std::string> kept;
+  for (auto& img : st.declared.images)
+    kept.insert(st.hooks.stage->stem_of(source_of(img)));
+  st.hooks.stage->keep_only(kept);
+}
+
 // One image actor per (image, host) that a proxy needs, spawned on first
 // need: the provider entry is the fleet's own, so every cached image is
 // (entry, image) on a host.
@@ -256,10 +271,10 @@ image_actor image_for(fleet_pointer self, const std::string& image, const std::s
   image_options o;
   o.entry = st.cfg.entry;
   o.host = host_of(self, host); // validated: the host has a pool
-  o.image = images::image_source{cfg_of->name, cfg_of->url,    cfg_of->sha256,
-                                 cfg_of->size, cfg_of->format, cfg_of->max_size};
+  o.image = source_of(*cfg_of);
   o.transfer_budget = cfg_of->transfer_budget;
   o.make_transport = st.hooks.make_transport(o.host);
+  o.stage = st.hooks.stage;
   o.sink = status_sink_actor{self};
   if (st.fences)
     o.fence = st.fences->of(host);
@@ -776,6 +791,7 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
                       : next.inspect_secret != st.cfg.inspect_secret ? "engine.inspect.secret-file"
                       : next.tls != st.cfg.tls                      ? "openssl"
                       : next.cluster != st.cfg.cluster              ? "engine.cluster"
+                      : next.stage_dir != st.cfg.stage_dir          ? "engine.stage-dir"
                                                                     : nullptr;
   if (fixed)
     return make_error(ec::config_invalid,
@@ -793,6 +809,7 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   if (st.cfg.gc)
     run_gc(self);
   remove_stale(self);
+  keep_staged_images(st);
   return d.summary();
 }
 
@@ -926,6 +943,7 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
   if (st.cfg.gc)
     self->send(self, atom::gc_v, atom::poll_v);
   self->send(self, atom::place_v, atom::poll_v);
+  keep_staged_images(st);
 }
 
 // A watcher or a follower that went away (a shell that quit or lost its

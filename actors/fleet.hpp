@@ -20,6 +20,7 @@
 #include "actors/parts/host_fence.hpp"
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
+#include "providers/images/stage.hpp"
 #include "providers/probe/probe.hpp"
 #include "providers/transport.hpp"
 
@@ -35,6 +36,10 @@ struct fleet_hooks {
   /// thread. Empty: the embedding application owns its config, and a reload
   /// from the shell is refused with that reason.
   std::function<caf::expected<engine_config>()> reread_config;
+  /// The node's verified copies of the images, which every host's fill
+  /// uploads from (engine::start opens engine.stage-dir). Null: each fill
+  /// downloads from the image's url.
+  images::image_stage_ptr stage;
 };
 
 /// The host configs the health actor builds its probers from. Shared with

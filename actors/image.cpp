@@ -201,6 +201,7 @@ void start_fill(image_pointer self) {
   req.transfer = st.transfer;
   req.cleanup = st.cleanup;
   req.more_transfers = st.more_transfers;
+  req.stage = st.opts.stage;
   auto progress = st.progress;
   auto h = st.calls.spawn(self, st.opts.host.name,
                       blocking_work{"fill " + st.name, [req, progress]()
@@ -308,6 +309,10 @@ image_actor::behavior_type make_image(image_actor::stateful_pointer<image_actor_
         return;
       publish_progress(self);
       push(self);
+      // The budget is the upload's: the wait for the node's copy is bounded
+      // by that fetch's own deadline (providers/images/stage.hpp).
+      if (st.progress && st.progress->staging)
+        st.started_at = clock::now();
       if (!st.abandoned && st.opts.fence && !st.opts.fence->open())
         abandon(self, ec::fenced, "transfer abandoned: this node may not change the host now");
       if (!st.abandoned && clock::now() - st.started_at > st.opts.transfer_budget)

@@ -28,6 +28,7 @@
 #include "messages/actors.hpp"
 #include "messages/config.hpp"
 #include "providers/images/fill.hpp"
+#include "providers/images/stage.hpp"
 #include "providers/transport.hpp"
 
 namespace egress {
@@ -49,6 +50,9 @@ struct image_options {
   /// starts while it is closed, and one running is abandoned at the next
   /// tick after it closed. Null: no cluster.
   host_fence_ptr fence;
+  /// The node's verified copies (providers/images/stage.hpp): the fill
+  /// uploads from the node's copy instead of downloading. Null: none.
+  images::image_stage_ptr stage;
   status_sink_actor sink; // receives image_status on every change (optional)
 };
 

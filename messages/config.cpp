@@ -635,6 +635,19 @@ std::string default_domain_type(const std::string& uri) {
   return uri_driver(uri) == "test" ? "test" : "kvm";
 }
 
+// The node's copies go in as file:// URLs: an absolute path of plain
+// characters needs no escaping in one.
+void check_stage_dir(problems& out, const std::string& d) {
+  auto plain = [](unsigned char c) {
+    return std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-';
+  };
+  if (!d.empty()
+      && (d.front() != '/' || (d + "/").find("/../") != std::string::npos
+          || !std::all_of(d.begin(), d.end(), plain)))
+    out.add("engine.stage-dir", "expected an absolute path of letters, digits and . _ - / "
+                                "without '..', got " + quote(d));
+}
+
 void check_config(problems& out, const engine_config& cfg) {
   if (cfg.unedited) {
     out.add("engine.unedited", "this is the packaged example configuration: declare your "
@@ -649,6 +662,7 @@ void check_config(problems& out, const engine_config& cfg) {
   check_inspect(out, cfg);
   check_metrics(out, cfg.metrics);
   check_gateway(out, cfg.gateway);
+  check_stage_dir(out, cfg.stage_dir);
   check_name(out, "engine.entry", cfg.entry);
   check_positive(out, "engine.poll-interval", cfg.poll_interval);
   check_positive(out, "engine.bulk-read-interval", cfg.bulk_read_interval);

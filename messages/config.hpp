@@ -262,6 +262,11 @@ struct engine_config {
   /// changes it is refused).
   std::vector<std::string> peers;
   cluster_config cluster;
+  /// engine.stage-dir: where this node keeps its own verified copy of each
+  /// image, fetched from the mirror once and uploaded from there to every
+  /// host that lacks it (providers/images/stage.hpp). "": each host's fill
+  /// downloads the image itself. Settled at start.
+  std::string stage_dir;
   std::vector<host_config> hosts;
   std::vector<image_config> images;
   std::vector<proxy_spec> proxies; // network already defaulted from the host

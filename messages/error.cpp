@@ -121,6 +121,12 @@ caf::error make_error(ec code, std::string context) {
                     caf::make_message(std::move(context))};
 }
 
+caf::error with_context(const caf::error& err, const std::string& prefix) {
+  if (!err || err.category() != caf::atom("egress"))
+    return err;
+  return make_error(static_cast<ec>(err.code()), prefix + ": " + detail(err));
+}
+
 caf::error as_transient(const caf::error& err) {
   if (!err || kind_of(err) == error_kind::transient)
     return err;

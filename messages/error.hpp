@@ -103,6 +103,10 @@ caf::error make_error(ec code, std::string context);
 /// category() dereferences null in CAF 0.17.
 bool is(const caf::error& err, ec code);
 
+/// The same engine error with "<prefix>: " before its context (others as
+/// they are): where it happened, added on the way up.
+caf::error with_context(const caf::error& err, const std::string& prefix);
+
 /// Wraps any error as transient, keeping its text. An explicit transient wrap
 /// always wins over a classification derived from a libvirt code.
 caf::error as_transient(const caf::error& err);

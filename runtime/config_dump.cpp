@@ -94,6 +94,8 @@ std::string engine_keys(const engine_config& cfg) {
   out += "]\n";
   if (cfg.cluster.enabled)
     out += cluster_line(cfg.cluster);
+  if (!cfg.stage_dir.empty())
+    out += "stage-dir = " + quoted(cfg.stage_dir) + "\n";
   return out;
 }
 

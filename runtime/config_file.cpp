@@ -537,7 +537,8 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   dict_reader r{out, d, "engine",
                 {"entry", "poll-interval", "bulk-read-interval", "address-grace", "shutdown-timeout", "redial-min",
                  "redial-max", "gc", "probe", "inspect", "metrics", "gateway", "node", "peers",
-                 "cluster", "hosts", "images", "proxies", "groups", "host-grace", "unedited"}};
+                 "cluster", "stage-dir", "hosts", "images", "proxies", "groups", "host-grace",
+                 "unedited"}};
   r.read("unedited", cfg.unedited);
   r.read("entry", cfg.entry, true);
   r.read("poll-interval", cfg.poll_interval);
@@ -548,6 +549,12 @@ void read_engine(problems& out, const dict& d, const fs::path& base,
   r.read("redial-max", cfg.redial_max);
   r.read("gc", cfg.gc);
   r.read("host-grace", cfg.host_grace);
+  // Relative to the config file, like every path in it.
+  if (r.read("stage-dir", cfg.stage_dir); !cfg.stage_dir.empty()) {
+    cfg.stage_dir = (base / cfg.stage_dir).lexically_normal().string();
+    while (cfg.stage_dir.size() > 1 && cfg.stage_dir.back() == '/')
+      cfg.stage_dir.pop_back();
+  }
   if (auto x = r.get<dict>("probe", false, "a dict like {mode = \"tcp\"}"))
     cfg.probe = read_probe(out, *x);
   if (auto x = r.get<dict>("inspect", false, "a dict like {address = \"127.0.0.1\", port = 4040}"))

@@ -57,6 +57,12 @@ caf::expected<engine> engine::start(caf::actor_system& sys, engine_config cfg,
   struct sigaction old{};
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL)
     std::signal(SIGPIPE, SIG_IGN);
+  if (!cfg.stage_dir.empty() && !hooks.stage) {
+    auto stage = images::image_stage::open(cfg.stage_dir, cfg.entry);
+    if (!stage)
+      return stage.error();
+    hooks.stage = std::move(*stage);
+  }
   auto reread = hooks.reread_config;
   auto f = sys.spawn(make_fleet, cfg, std::move(hooks));
   auto i = sys.spawn(make_inspector, f, caf::timespan{std::chrono::milliseconds(300)},

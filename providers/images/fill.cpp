@@ -13,6 +13,7 @@
 #include "providers/images/image_header.hpp"
 #include "providers/images/ranged_upload.hpp"
 #include "providers/images/ranges.hpp"
+#include "providers/images/stage.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/libvirt/volumes.hpp"
 #include "providers/mirror/download.hpp"
@@ -28,12 +29,6 @@ constexpr uint64_t mib = uint64_t{1} << 20;
 // the last block libvirtd wrote before the connection died may be partly
 // written, and whatever the prefix holds is hashed again anyway.
 constexpr uint64_t resume_granularity = mib;
-
-caf::error with_context(const caf::error& err, const std::string& prefix) {
-  if (!err || err.category() != caf::atom("egress"))
-    return err;
-  return make_error(static_cast<ec>(err.code()), prefix + ": " + detail(err));
-}
 
 caf::expected<std::string> read_small(lv::connection& c, const std::string& pool,
                                       const std::string& name, uint64_t length) {
@@ -523,6 +518,32 @@ std::optional<caf::expected<fill_result>> transfer_in_ranges(transfer_job& job,
   return mark_verified(job, *total, at);
 }
 
+caf::expected<fill_result> transfer_from_source(transfer_job& job, const pool_view& v);
+
+// 2-4 from the node's verified copy (stage.hpp) as a file:// source: asked
+// for only now that the pool lacks the image. Bytes that do not match after
+// all (the copy changed on the node's disk) discard the copy.
+caf::expected<fill_result> transfer_from_stage(transfer_job& job, const pool_view& v) {
+  auto& req = job.req;
+  job.progress.staging = true;
+  auto copy = req.stage->copy_of(req, job.progress.cancel);
+  job.progress.staging = false;
+  if (!copy)
+    return copy.error();
+  fill_request local = req;
+  local.image.url = "file://" + *copy;
+  local.stage = nullptr;
+  transfer_job staged{local, job.names, job.c, job.progress, job.at};
+  auto r = transfer_from_source(staged, v);
+  if (!r && (is(r.error(), ec::digest_mismatch) || is(r.error(), ec::length_mismatch)))
+    req.stage->discard_if_bad(req.image);
+  // The copy removed under this fill (an operator, a reload, another fill
+  // that found it bad): fetched again on the next attempt, soon.
+  if (!r && is(r.error(), ec::source_not_found))
+    return make_error(ec::source_failed, detail(r.error()) + " (the node's copy went away)");
+  return r;
+}
+
 caf::expected<fill_result> transfer(const fill_request& req, const volume_names& names,
                                     lv::connection& c, fill_progress& progress,
                                     attempt& attempted) {
@@ -532,15 +553,23 @@ caf::expected<fill_result> transfer(const fill_request& req, const volume_names&
     return v.error();
   if (auto ready = ready_as_is(job, *v))
     return std::move(*ready);
-  if (auto ranged = transfer_in_ranges(job, *v))
+  if (req.stage)
+    return transfer_from_stage(job, *v);
+  return transfer_from_source(job, *v);
+}
+
+// 2-4 from the image's source: in ranges over several sessions, or one
+// stream.
+caf::expected<fill_result> transfer_from_source(transfer_job& job, const pool_view& v) {
+  if (auto ranged = transfer_in_ranges(job, v))
     return std::move(*ranged);
-  auto at = begin_writing(job, *v);
+  auto at = begin_writing(job, v);
   if (!at)
     return at.error();
   auto dl = open_source(job, *at);
   if (!dl)
     return dl.error();
-  auto first = check_source(job, **dl, *v, *at);
+  auto first = check_source(job, **dl, v, *at);
   if (!first)
     return first.error();
   if (auto err = stream(job, **dl, *first, *at))

@@ -33,6 +33,8 @@
 
 namespace egress::images {
 
+class image_stage; // stage.hpp
+
 struct image_source {
   std::string name;      // the image's name in the config
   std::string url;       // http, https or file
@@ -64,6 +66,11 @@ struct fill_request {
   /// ranges goes up in ranges at once, through a spool (ranged_upload.hpp).
   std::vector<transport_ptr> more_transfers;
   uint64_t min_range = uint64_t{64} << 20;
+  /// The node's verified copies (engine.stage-dir; stage.hpp): a fill that
+  /// must transfer uploads from the node's copy of the image, fetched once
+  /// for every host, instead of downloading it itself. Null: from the
+  /// image's url.
+  std::shared_ptr<image_stage> stage;
 };
 
 /// Read by the image actor while the fill runs (any thread).
@@ -72,6 +79,11 @@ struct fill_progress {
   std::atomic<uint64_t> total{0};        // 0 until known
   std::atomic<uint64_t> resumed_from{0}; // offset the transfer resumed at
   std::atomic<bool> transferring{false};
+  // Waiting for (or fetching) the node's copy (stage.hpp): the image
+  // actor's transfer budget starts after it, so that every host's upload
+  // gets the whole budget however long the one fetch took (it has its own
+  // deadline).
+  std::atomic<bool> staging{false};
   // Bytes this fill moved from the mirror into the pool (the fill streams,
   // so each is downloaded and uploaded once; a resumed prefix is not).
   std::atomic<uint64_t> moved{0};

@@ -17,6 +17,7 @@
 
 #include "messages/error.hpp"
 #include "providers/images/fill.hpp"
+#include "providers/images/stage.hpp"
 #include "providers/images/volume_names.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/ssh/ssh_transport.hpp"
@@ -532,6 +533,104 @@ BOOST_AUTO_TEST_CASE(spec_42_a_host_that_refuses_a_second_session_gets_one) {
   BOOST_CHECK_EQUAL(http.log().size(), 2u); // both ranges, over the one session
   BOOST_CHECK(testbed::read_file(pool_dir + "/" + names().data) == image);
   BOOST_CHECK(exists(names().marker));
+}
+
+// -- the node's copy (engine.stage-dir) ---------------------------------------------
+
+// Invariant 44: two pools (two hosts' worth) that both lack the image, filled
+// at once through one stage: the mirror is read once, each pool gets the
+// verified image and its marker from the node's copy, and a pool filled
+// again later moves nothing.
+BOOST_AUTO_TEST_CASE(spec_44_the_node_copy_is_fetched_once_for_every_pool) {
+  testbed::temp_dir dir{"stage"};
+  lv.define_dir_pool("images2");
+  auto stage = images::image_stage::open(dir.path() + "/images", "alpha");
+  BOOST_REQUIRE_MESSAGE(stage.engaged(), (stage ? std::string{} : render(stage.error())));
+  http.set({.drip_bytes = 2 * mib, .drip_interval = 50ms}); // both fills wait on one fetch
+  auto first = request();
+  first.stage = *stage;
+  auto second = request();
+  second.pool = "images2";
+  second.stage = *stage;
+  caf::expected<images::fill_result> r2 = make_error(ec::invalid_argument, "not run");
+  std::thread other{[&] { r2 = fill(second); }};
+  auto r1 = fill(first);
+  other.join();
+  BOOST_REQUIRE_MESSAGE(r1, show(r1));
+  BOOST_REQUIRE_MESSAGE(r2, show(r2));
+  BOOST_CHECK(r1->transferred && r2->transferred);
+  BOOST_CHECK_EQUAL(http.requests(), 1u);
+  BOOST_CHECK_EQUAL((*stage)->fetches(), 1u);
+  BOOST_CHECK(testbed::read_file(r1->path) == image);
+  BOOST_CHECK(testbed::read_file(r2->path) == image);
+  auto copy = dir.path() + "/images/" + names().data;
+  BOOST_CHECK(testbed::read_file(copy) == image);
+  BOOST_CHECK(!std::filesystem::exists(copy + ".partial"));
+  auto again = fill(first);
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_CHECK(!again->transferred);
+  BOOST_CHECK_EQUAL(http.requests(), 1u);
+  // A copy no longer declared goes; one still declared stays.
+  (*stage)->keep_only({names().data});
+  BOOST_CHECK(std::filesystem::exists(copy));
+  (*stage)->keep_only({});
+  BOOST_CHECK(!std::filesystem::exists(copy));
+}
+
+// Invariant 44: a pool that already holds the verified image asks for no copy
+// (a warm restart fetches nothing).
+BOOST_AUTO_TEST_CASE(spec_44_a_pool_that_holds_the_image_asks_for_no_copy) {
+  testbed::temp_dir dir{"stage"};
+  BOOST_REQUIRE(fill(request()));
+  auto before = http.requests();
+  auto stage = images::image_stage::open(dir.path(), "alpha");
+  BOOST_REQUIRE(stage);
+  auto req = request();
+  req.stage = *stage;
+  auto r = fill(req);
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  BOOST_CHECK(!r->transferred);
+  BOOST_CHECK_EQUAL(http.requests(), before);
+  BOOST_CHECK(std::filesystem::is_empty(dir.path()));
+}
+
+// Invariant 44: a copy cut in the middle stays as <stem>.partial, nothing
+// reaches the pool, and the next fill resumes it with a range; a corrupt
+// byte leaves neither the copy nor anything in the pool.
+BOOST_AUTO_TEST_CASE(spec_44_a_cut_copy_resumes_and_a_corrupt_one_is_not_kept) {
+  testbed::temp_dir dir{"stage"};
+  auto stage = images::image_stage::open(dir.path(), "alpha");
+  BOOST_REQUIRE(stage);
+  auto req = request();
+  req.stage = *stage;
+  auto copy = dir.path() + "/" + names().data;
+  http.set({.truncate_after = 5 * mib});
+  auto cut = fill(req);
+  BOOST_REQUIRE(!cut);
+  BOOST_TEST_MESSAGE("cut: " << render(cut.error()));
+  BOOST_CHECK(kind_of(cut.error()) == error_kind::transient);
+  BOOST_CHECK(volumes().empty());
+  BOOST_CHECK_EQUAL(std::filesystem::file_size(copy + ".partial"), 5 * mib);
+  http.set({});
+  http.clear_log();
+  auto resumed = fill(req);
+  BOOST_REQUIRE_MESSAGE(resumed, show(resumed));
+  auto log = http.log();
+  BOOST_REQUIRE_EQUAL(log.size(), 1u);
+  BOOST_CHECK_EQUAL(log[0].range, "bytes=" + std::to_string(5 * mib) + "-");
+  BOOST_CHECK(testbed::read_file(resumed->path) == image);
+
+  auto other = request();
+  other.image.name = "other";
+  other.stage = *stage;
+  http.set({.corrupt_at = 3 * mib});
+  auto bad = fill(other);
+  BOOST_REQUIRE(!bad);
+  BOOST_CHECK(is(bad.error(), ec::digest_mismatch));
+  auto stem = images::volume_names::of("alpha", "other", digest).data;
+  BOOST_CHECK(!std::filesystem::exists(dir.path() + "/" + stem));
+  BOOST_CHECK(!std::filesystem::exists(dir.path() + "/" + stem + ".partial"));
+  BOOST_CHECK_EQUAL(volumes().size(), 2u); // base's data and marker only
 }
 
 BOOST_AUTO_TEST_SUITE_END()

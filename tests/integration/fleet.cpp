@@ -5,6 +5,7 @@
 // start a real QEMU without a disk) and the real test HTTP server.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -318,6 +319,44 @@ BOOST_AUTO_TEST_CASE(a_missing_image_keeps_proxies_pending_with_the_reason) {
   BOOST_REQUIRE(marked);
   BOOST_CHECK(marked->empty());
   BOOST_CHECK(testbed::run({"ls", "-A", pool_dir}).output.empty());
+  BOOST_CHECK(!eng->stop());
+}
+
+// Invariant 44: with engine.stage-dir, proxies on two hosts that both lack
+// their image get it from the node's one verified copy: the mirror is read
+// once, and the copy is in the stage directory under the data volume's name.
+// (Two hosts on one libvirtd, each with its own pool; collection off: it is
+// beside the point here.)
+BOOST_AUTO_TEST_CASE(spec_44_two_hosts_get_their_image_from_one_node_copy) {
+  lv.define_dir_pool("images2");
+  testbed::temp_dir dir{"stage"};
+  auto cfg = config();
+  cfg.gc = false;
+  auto second = cfg.hosts[0];
+  second.name = "hv2";
+  second.pool = "images2";
+  cfg.hosts.push_back(second);
+  cfg.proxies[1].host = "hv2";
+  cfg.stage_dir = dir.path() + "/copies";
+  BOOST_REQUIRE_MESSAGE(!validate(cfg), render(validate(cfg)));
+  http.set({.drip_bytes = 512 * 1024, .drip_interval = 50ms}); // both hosts wait on it
+  auto eng = engine::start(*sys, cfg);
+  BOOST_REQUIRE(eng);
+  stop_on_exit guard{eng};
+  bool ready = wait_status(*eng, [](const fleet_status& st) {
+    return st.images.size() == 2
+           && std::all_of(st.images.begin(), st.images.end(),
+                          [](auto& i) { return i.state == image_state::ready; });
+  }, 60s);
+  auto st = eng->status();
+  BOOST_REQUIRE(st);
+  for (auto& i : st->images)
+    BOOST_TEST_MESSAGE("image " << i.image << "@" << i.host << ": " << to_string(i.state) << " "
+                                << i.last_error);
+  BOOST_CHECK(ready);
+  BOOST_CHECK_EQUAL(http.requests(), 1u);
+  auto stem = images::volume_names::of("imgeng", "base", mirror::sha256_hex(image)).data;
+  BOOST_CHECK(testbed::read_file(dir.path() + "/copies/" + stem) == image);
   BOOST_CHECK(!eng->stop());
 }
 

@@ -25,8 +25,8 @@ namespace {
 
 constexpr const char* engine_keys =
   "entry, poll-interval, bulk-read-interval, address-grace, shutdown-timeout, redial-min, "
-  "redial-max, gc, probe, inspect, metrics, gateway, node, peers, cluster, hosts, images, "
-  "proxies, groups, host-grace, unedited";
+  "redial-max, gc, probe, inspect, metrics, gateway, node, peers, cluster, stage-dir, hosts, "
+  "images, proxies, groups, host-grace, unedited";
 constexpr const char* proxy_keys =
   "name, host, vcpus, memory-mib, network, tags, image, port, allow-from, kernel, initrd, cmdline";
 
@@ -945,6 +945,23 @@ BOOST_AUTO_TEST_CASE(the_gateway_is_read_and_checked) {
   auto off = load(std::string{minimal});
   BOOST_REQUIRE(off);
   BOOST_CHECK(!off->gateway.enabled);
+}
+
+// engine.stage-dir: relative to the file like every path; it reaches file://
+// URLs, so only plain characters; off when absent.
+BOOST_AUTO_TEST_CASE(the_stage_dir_is_read_relative_to_the_file_and_checked) {
+  auto cfg = load(std::string{minimal} + "stage-dir = \"cache/images\"\n");
+  BOOST_REQUIRE_MESSAGE(cfg, why(cfg));
+  BOOST_CHECK_EQUAL(cfg->stage_dir, (dir / "cache/images").string());
+  auto off = load(std::string{minimal});
+  BOOST_REQUIRE(off);
+  BOOST_CHECK(off->stage_dir.empty());
+  auto spaced = problems(std::string{minimal} + "stage-dir = \"/var/cache/my images\"\n");
+  BOOST_CHECK_MESSAGE(spaced.find("engine.stage-dir: expected an absolute path of letters")
+                        != std::string::npos, spaced);
+  auto coded = engine_config{*off};
+  coded.stage_dir = "relative/dir";
+  BOOST_CHECK(validate(coded) == ec::config_invalid);
 }
 
 BOOST_AUTO_TEST_CASE(groups_load_with_the_keys_of_a_proxy) {
