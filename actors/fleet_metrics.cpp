@@ -209,8 +209,8 @@ std::string fleet_view::metrics() const {
                  + kv("state", to_string(state)),
                s.state == state ? 1 : 0);
   x.family("egress_image_transferred_bytes_total", "counter",
-           "Bytes downloaded from the mirror and uploaded into the host's pool "
-           "(one stream: each byte is both; a resumed prefix is not counted again).");
+           "Bytes uploaded into the host's pool, read from the mirror or, with "
+           "engine.stage-dir, from the node's copy (a resumed prefix is not counted again).");
   for (auto& [key, s] : images_)
     x.sample("egress_image_transferred_bytes_total",
              kv("image", s.image) + "," + kv("host", s.host),

@@ -84,8 +84,9 @@ struct fill_progress {
   // gets the whole budget however long the one fetch took (it has its own
   // deadline).
   std::atomic<bool> staging{false};
-  // Bytes this fill moved from the mirror into the pool (the fill streams,
-  // so each is downloaded and uploaded once; a resumed prefix is not).
+  // Bytes this fill moved into the pool from its source, the mirror or the
+  // node's copy (the fill streams, so each is read and uploaded once; a
+  // resumed prefix is not).
   std::atomic<uint64_t> moved{0};
   /// Set (any thread) to give the fill up: the download ends within about
   /// 100 ms even while the mirror is silent. Killing the transports frees
