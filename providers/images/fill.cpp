@@ -526,7 +526,7 @@ caf::expected<fill_result> transfer_from_source(transfer_job& job, const pool_vi
 caf::expected<fill_result> transfer_from_stage(transfer_job& job, const pool_view& v) {
   auto& req = job.req;
   job.progress.staging = true;
-  auto copy = req.stage->copy_of(req, job.progress.cancel);
+  auto copy = req.stage->copy_of(req, job.progress);
   job.progress.staging = false;
   if (!copy)
     return copy.error();

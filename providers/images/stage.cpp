@@ -111,7 +111,8 @@ std::string image_stage::stem_of(const image_source& img) const {
 }
 
 caf::expected<std::string> image_stage::copy_of(const fill_request& req,
-                                                std::shared_ptr<const std::atomic<bool>> cancel) {
+                                                fill_progress& progress) {
+  std::shared_ptr<const std::atomic<bool>> cancel = progress.cancel;
   auto stem = stem_of(req.image);
   auto path = dir_ + "/" + stem;
   std::unique_lock<std::mutex> lk{mtx_};
@@ -151,15 +152,18 @@ caf::expected<std::string> image_stage::copy_of(const fill_request& req,
           stage.changed_.notify_all();
         }
       } done{*this, lk, s, r};
-      r = fetch(req, stem, cancel);
+      r = fetch(req, stem, s, progress);
       return r;
     }
     changed_.wait_for(lk, std::chrono::milliseconds(100));
+    progress.total = s.total.load();
+    progress.bytes = s.bytes.load();
   }
 }
 
 caf::expected<std::string> image_stage::fetch(const fill_request& req, const std::string& stem,
-                                              std::shared_ptr<const std::atomic<bool>> cancel) {
+                                              slot& s, fill_progress& progress) {
+  std::shared_ptr<const std::atomic<bool>> cancel = progress.cancel;
   auto& img = req.image;
   auto path = dir_ + "/" + stem;
   auto part = path + partial_suffix;
@@ -190,6 +194,10 @@ caf::expected<std::string> image_stage::fetch(const fill_request& req, const std
     offset = 0;
   }
   auto resumed_at = offset;
+  s.bytes = offset;
+  s.total = img.size;
+  progress.bytes = offset;
+  progress.total = img.size;
   ++fetches_;
   mirror::fetch_options fo;
   fo.url = img.url;
@@ -244,6 +252,8 @@ caf::expected<std::string> image_stage::fetch(const fill_request& req, const std
                                mirror::redact_url(img.url) + " declares " + std::to_string(*total)
                                  + " bytes, more than the image's size or max-size ("
                                  + std::to_string(limit) + ")"));
+    s.total = *total;
+    progress.total = *total;
     if (offset + *n > *total)
       return failed(make_error(ec::length_mismatch, mirror::redact_url(img.url)
                                                       + " sends more than the "
@@ -255,6 +265,8 @@ caf::expected<std::string> image_stage::fetch(const fill_request& req, const std
       return with_context(err, "image " + img.name);
     }
     offset += *n;
+    s.bytes = offset;
+    progress.bytes = offset;
   }
   // Durable before it is named verified: a crash must not leave a short
   // file under the final name.

@@ -43,12 +43,13 @@ public:
 
   /// The path of the verified copy of `req.image`, fetched now if the stage
   /// does not hold it (by this thread, or by another fill while this one
-  /// waits). Gives up within about 100 ms of `cancel` (transient
-  /// shutting_down). The errors are the download's (a digest or length
-  /// mismatch deletes the partial file), storage_full when the stage's disk
-  /// is full, access_denied when the directory cannot be written.
-  caf::expected<std::string> copy_of(const fill_request& req,
-                                     std::shared_ptr<const std::atomic<bool>> cancel);
+  /// waits). Meanwhile `progress` shows the copy's bytes and total, so a
+  /// host waiting for it shows how far it is. Gives up within about 100 ms
+  /// of `progress.cancel` (transient shutting_down). The errors are the
+  /// download's (a digest or length mismatch deletes the partial file),
+  /// storage_full when the stage's disk is full, access_denied when the
+  /// directory cannot be written.
+  caf::expected<std::string> copy_of(const fill_request& req, fill_progress& progress);
 
   /// Deletes the copy of `img` if its bytes no longer match its digest
   /// (changed on the node's disk since it was verified): a fill that failed
@@ -77,10 +78,13 @@ private:
     bool fetching = false;
     uint64_t attempts = 0; // fetches ended, so a waiter knows when its fetch ended
     caf::error last;       // the error of the last fetch that ended, if any
+    // The fetch's progress, written by the fetching thread, read by waiters.
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> total{0};
   };
 
-  caf::expected<std::string> fetch(const fill_request& req, const std::string& stem,
-                                   std::shared_ptr<const std::atomic<bool>> cancel);
+  caf::expected<std::string> fetch(const fill_request& req, const std::string& stem, slot& s,
+                                   fill_progress& progress);
 
   std::string dir_;
   std::string entry_;

@@ -546,16 +546,32 @@ BOOST_AUTO_TEST_CASE(spec_44_the_node_copy_is_fetched_once_for_every_pool) {
   lv.define_dir_pool("images2");
   auto stage = images::image_stage::open(dir.path() + "/images", "alpha");
   BOOST_REQUIRE_MESSAGE(stage.engaged(), (stage ? std::string{} : render(stage.error())));
-  http.set({.drip_bytes = 2 * mib, .drip_interval = 50ms}); // both fills wait on one fetch
+  http.set({.drip_bytes = mib, .drip_interval = 100ms}); // both fills wait on one fetch
   auto first = request();
   first.stage = *stage;
   auto second = request();
   second.pool = "images2";
   second.stage = *stage;
-  caf::expected<images::fill_result> r2 = make_error(ec::invalid_argument, "not run");
-  std::thread other{[&] { r2 = fill(second); }};
-  auto r1 = fill(first);
-  other.join();
+  images::fill_progress p1, p2;
+  caf::expected<images::fill_result> r1 = make_error(ec::invalid_argument, "not run");
+  auto r2 = r1;
+  std::atomic<int> running{2};
+  std::thread one{[&] { r1 = fill(first, &p1), --running; }};
+  std::thread two{[&] { r2 = fill(second, &p2), --running; }};
+  // Both show the copy's progress while it comes in: the one that fetches
+  // and the one that waits.
+  bool seen1 = false, seen2 = false;
+  auto shows_copy = [&](images::fill_progress& p) {
+    return p.staging && p.bytes > 0 && p.total == image.size();
+  };
+  while (running > 0) {
+    seen1 = seen1 || shows_copy(p1);
+    seen2 = seen2 || shows_copy(p2);
+    std::this_thread::sleep_for(5ms);
+  }
+  one.join();
+  two.join();
+  BOOST_CHECK(seen1 && seen2);
   BOOST_REQUIRE_MESSAGE(r1, show(r1));
   BOOST_REQUIRE_MESSAGE(r2, show(r2));
   BOOST_CHECK(r1->transferred && r2->transferred);
