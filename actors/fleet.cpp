@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "actors/call.hpp"
 #include "actors/gateway.hpp"
 #include "actors/health.hpp"
 #include "actors/host_link.hpp"
@@ -247,14 +248,27 @@ images::image_source source_of(const image_config& c) {
 }
 
 // The node's copies of images no longer declared (or declared with another
-// digest) go: the stage holds what the config names, nothing more.
-void keep_staged_images(const fleet_state& st) {
-  if (!st.hooks.stage)
+// digest) go: the stage holds what the config names, nothing more. Listing
+// and deleting files blocks: a detached call, never the fleet's thread
+// (invariant 4).
+void keep_staged_images(fleet_pointer self) {
+  auto& stage = self->state.hooks.stage;
+  if (!stage)
     return;
   std::set<std::string> kept;
-  for (auto& img : st.declared.images)
-    kept.insert(st.hooks.stage->stem_of(source_of(img)));
-  st.hooks.stage->keep_only(kept);
+  for (auto& img : self->state.declared.images)
+    kept.insert(stage->stem_of(source_of(img)));
+  auto h = spawn_call(self->system(), "fleet",
+                      blocking_work{"delete the node's copies no longer declared",
+                                    [stage, kept]() -> caf::expected<std::any> {
+                                      stage->keep_only(kept);
+                                      return std::any{};
+                                    }});
+  self->request(h, std::chrono::minutes(1), atom::run_v)
+    .then([](call_result&) {},
+          [](caf::error& err) {
+            log::warn(to_string(actor_kind::fleet), "the node's copies: " + render(err));
+          });
 }
 
 // One image actor per (image, host) that a proxy needs, spawned on first
@@ -809,7 +823,7 @@ caf::expected<std::string> apply(fleet_pointer self, engine_config next) {
   if (st.cfg.gc)
     run_gc(self);
   remove_stale(self);
-  keep_staged_images(st);
+  keep_staged_images(self);
   return d.summary();
 }
 
@@ -943,7 +957,7 @@ void start_fleet(fleet_pointer self, engine_config cfg, fleet_hooks hooks) {
   if (st.cfg.gc)
     self->send(self, atom::gc_v, atom::poll_v);
   self->send(self, atom::place_v, atom::poll_v);
-  keep_staged_images(st);
+  keep_staged_images(self);
 }
 
 // A watcher or a follower that went away (a shell that quit or lost its

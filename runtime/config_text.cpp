@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/fd.hpp"
 #include "messages/error.hpp"
 #include "messages/names.hpp"
 
@@ -22,15 +23,6 @@ namespace {
 caf::error refuse(const std::string& path, const std::string& why) {
   return make_error(ec::config_invalid, path + ": " + why);
 }
-
-// A file descriptor that closes itself.
-struct fd_guard {
-  int fd;
-  ~fd_guard() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
 
 // Duration units of CAF's INI dialect, in nanoseconds.
 struct unit {
@@ -317,11 +309,11 @@ private:
 caf::expected<std::string> read_config_file(const std::string& path) {
   // O_NONBLOCK: opening a FIFO without a writer returns at once; fstat then
   // tells what it is, before anything is read.
-  fd_guard f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};
-  if (f.fd < 0)
+  unique_fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};
+  if (!f)
     return refuse(path, std::string{"cannot open: "} + std::strerror(errno));
   struct stat st{};
-  if (::fstat(f.fd, &st) != 0)
+  if (::fstat(f.get(), &st) != 0)
     return refuse(path, std::string{"cannot stat: "} + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
     return refuse(path, S_ISFIFO(st.st_mode)  ? "is a FIFO, not a regular file"
@@ -335,7 +327,7 @@ caf::expected<std::string> read_config_file(const std::string& path) {
   std::string out;
   char buf[65536];
   for (;;) {
-    auto n = ::read(f.fd, buf, sizeof buf);
+    auto n = ::read(f.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)

@@ -236,24 +236,9 @@ caf::expected<resume_point> begin_writing(transfer_job& job, const pool_view& v)
 }
 
 // The source as the fill reads it, from byte 0.
-mirror::fetch_options source_options(transfer_job& job) {
-  auto& req = job.req;
-  mirror::fetch_options fo;
-  fo.url = req.image.url;
-  if (req.image.size > 0)
-    fo.expected_length = req.image.size;
-  fo.expected_sha256 = req.image.sha256;
-  fo.deadline = req.download_deadline;
-  fo.low_speed_limit = req.low_speed_limit;
-  fo.low_speed_time = req.low_speed_time;
-  fo.ca_file = req.ca_file;
-  fo.cancel = job.progress.cancel;
-  return fo;
-}
-
 caf::expected<std::unique_ptr<mirror::download>> open_source(transfer_job& job,
                                                              resume_point& at) {
-  auto fo = source_options(job);
+  auto fo = source_options(job.req, job.progress.cancel);
   fo.offset = at.offset;
   return mirror::download::open(fo, std::move(at.seed));
 }
@@ -491,7 +476,7 @@ std::optional<caf::expected<fill_result>> transfer_in_ranges(transfer_job& job,
   up.total = *total;
   up.plan = plan;
   up.resume = recorded->has_value();
-  up.source = source_options(job);
+  up.source = source_options(job.req, job.progress.cancel);
   up.more_sessions = req.more_transfers;
   up.keepalive = req.keepalive;
   up.head_length = static_cast<size_t>(std::min<uint64_t>(header_window, *total));
@@ -578,6 +563,21 @@ caf::expected<fill_result> transfer_from_source(transfer_job& job, const pool_vi
 }
 
 } // namespace
+
+mirror::fetch_options source_options(const fill_request& req,
+                                     std::shared_ptr<const std::atomic<bool>> cancel) {
+  mirror::fetch_options fo;
+  fo.url = req.image.url;
+  if (req.image.size > 0)
+    fo.expected_length = req.image.size;
+  fo.expected_sha256 = req.image.sha256;
+  fo.deadline = req.download_deadline;
+  fo.low_speed_limit = req.low_speed_limit;
+  fo.low_speed_time = req.low_speed_time;
+  fo.ca_file = req.ca_file;
+  fo.cancel = std::move(cancel);
+  return fo;
+}
 
 std::string marker_text(const image_source& img, uint64_t length, uint64_t virtual_size) {
   auto text = "egress image marker 1\nimage " + img.name + "\nsha256 " + img.sha256

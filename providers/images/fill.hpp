@@ -29,6 +29,7 @@
 #include <caf/expected.hpp>
 
 #include "providers/libvirt/connection.hpp"
+#include "providers/mirror/download.hpp"
 #include "providers/transport.hpp"
 
 namespace egress::images {
@@ -104,6 +105,11 @@ struct fill_result {
 };
 
 caf::expected<fill_result> fill(const fill_request& req, fill_progress& progress);
+
+/// How the image of `req` is read from its source: its url, length and
+/// digest to check, deadline, speed limits, CA and `cancel` (offset 0).
+mirror::fetch_options source_options(const fill_request& req,
+                                     std::shared_ptr<const std::atomic<bool>> cancel);
 
 /// The marker volume's content for `img` (what fill writes and accepts):
 /// format, byte length and, for qcow2, the virtual size.

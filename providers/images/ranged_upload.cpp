@@ -13,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/fd.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/images/dedicated_link.hpp"
@@ -367,31 +368,15 @@ spool::~spool() {
 }
 
 caf::error spool::write(uint64_t offset, const char* data, size_t n) const {
-  while (n > 0) {
-    auto w = ::pwrite(fd_, data, n, static_cast<off_t>(offset));
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return make_error(ec::storage_full, std::string{"spool write: "} + std::strerror(errno));
-    data += w;
-    n -= static_cast<size_t>(w);
-    offset += static_cast<uint64_t>(w);
-  }
+  if (int err = pwrite_all(fd_, offset, data, n))
+    return make_error(ec::storage_full, std::string{"spool write: "} + std::strerror(err));
   return {};
 }
 
 caf::error spool::read(uint64_t offset, char* data, size_t n) const {
-  while (n > 0) {
-    auto r = ::pread(fd_, data, n, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return make_error(ec::source_failed, std::string{"spool read: "}
-                                             + (r == 0 ? "short" : std::strerror(errno)));
-    data += r;
-    n -= static_cast<size_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
+  if (int err = pread_all(fd_, offset, data, n))
+    return make_error(ec::source_failed, std::string{"spool read: "}
+                                           + (err == ENODATA ? "short" : std::strerror(err)));
   return {};
 }
 

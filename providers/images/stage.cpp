@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fd.hpp"
 #include "base/log.hpp"
 #include "messages/error.hpp"
 #include "providers/images/volume_names.hpp"
@@ -25,49 +27,24 @@ namespace {
 
 constexpr const char* partial_suffix = ".partial";
 
-// Closes a descriptor on every path out.
-struct fd_guard {
-  int fd = -1;
-  ~fd_guard() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
-
-std::string errno_text() {
-  return std::strerror(errno);
+std::string errno_text(int err = errno) {
+  return std::strerror(err);
 }
 
 // A failed write: a full disk is the stage's to report as such (the image
 // actor retries it soon, and the operator frees room), anything else is the
 // directory's.
-caf::error write_error(const std::string& what) {
-  auto code = errno == ENOSPC || errno == EDQUOT    ? ec::storage_full
-              : errno == EACCES || errno == EPERM   ? ec::access_denied
-                                                     // a directory removed under it, an
-                                                     // I/O error: worth another try
-                                                     : ec::source_failed;
-  return make_error(code, what + ": " + errno_text());
-}
-
-caf::error write_all(int fd, uint64_t at, const char* data, size_t n, const std::string& what) {
-  while (n > 0) {
-    auto w = ::pwrite(fd, data, n, static_cast<off_t>(at));
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w == 0)
-      errno = EIO;
-    if (w <= 0)
-      return write_error(what);
-    data += w;
-    n -= static_cast<size_t>(w);
-    at += static_cast<uint64_t>(w);
-  }
-  return {};
+caf::error write_error(const std::string& what, int err = errno) {
+  auto code = err == ENOSPC || err == EDQUOT    ? ec::storage_full
+              : err == EACCES || err == EPERM   ? ec::access_denied
+                                                 // a directory removed under it, an
+                                                 // I/O error: worth another try
+                                                 : ec::source_failed;
+  return make_error(code, what + ": " + errno_text(err));
 }
 
 // The digest of the first `length` bytes of `fd` (a partial copy to
-// resume); nullopt if they cannot be read back.
+// resume, or a copy to check); nullopt if they cannot be read back.
 std::optional<mirror::sha256> hash_prefix(int fd, uint64_t length,
                                           const std::atomic<bool>* cancel) {
   mirror::sha256 h;
@@ -76,19 +53,117 @@ std::optional<mirror::sha256> hash_prefix(int fd, uint64_t length,
     if (cancel && *cancel)
       return std::nullopt;
     auto want = static_cast<size_t>(std::min<uint64_t>(buf.size(), length - at));
-    auto r = ::pread(fd, buf.data(), want, static_cast<off_t>(at));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
+    if (pread_all(fd, at, buf.data(), want) != 0)
       return std::nullopt;
-    h.update(buf.data(), static_cast<size_t>(r));
-    at += static_cast<uint64_t>(r);
+    h.update(buf.data(), want);
+    at += want;
   }
   return h;
 }
 
+// A partial copy opened to be written: locked, and what it holds already
+// hashed (the resume's seed), or emptied when that cannot be used.
+struct partial_copy {
+  unique_fd fd;
+  uint64_t offset = 0;
+  std::optional<mirror::sha256> seed;
+};
+
+caf::expected<partial_copy> open_partial(const std::string& part, uint64_t limit,
+                                         const std::atomic<bool>* cancel,
+                                         const std::string& what) {
+  partial_copy p{unique_fd{::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640)}, 0, {}};
+  if (!p.fd)
+    return write_error(what);
+  // Another engine of this entry on this machine, with the same stage
+  // directory, may be fetching the same image: one writer per file, and
+  // this fill tries again later (its image actor's backoff).
+  if (::flock(p.fd.get(), LOCK_EX | LOCK_NB) != 0)
+    return make_error(ec::source_failed, what + ": "
+                                           + (errno == EWOULDBLOCK ? "another process is writing it"
+                                                                   : "cannot lock it: " + errno_text()));
+  struct stat st{};
+  if (::fstat(p.fd.get(), &st) != 0)
+    return write_error(what);
+  p.offset = static_cast<uint64_t>(st.st_size);
+  if (p.offset > 0 && (limit == 0 || p.offset <= limit))
+    p.seed = hash_prefix(p.fd.get(), p.offset, cancel);
+  if (cancel && *cancel)
+    return make_error(ec::shutting_down, what + ": given up");
+  if (p.offset > 0 && !p.seed) {
+    if (::ftruncate(p.fd.get(), 0) != 0)
+      return write_error(what);
+    p.offset = 0;
+  }
+  return p;
+}
+
+// Durable before it is named verified: a crash must not leave a short file
+// under the final name.
+caf::error publish(const partial_copy& p, const std::string& part, const std::string& path,
+                   const std::string& dir, const std::string& what) {
+  if (::fsync(p.fd.get()) != 0 || ::rename(part.c_str(), path.c_str()) != 0)
+    return write_error(what);
+  if (unique_fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)})
+    ::fsync(d.get());
+  return {};
+}
+
 bool bad_bytes(const caf::error& err) {
   return is(err, ec::digest_mismatch) || is(err, ec::length_mismatch);
+}
+
+// The download into the partial copy, from its offset to the end, with the
+// length checks that bound the stage's disk as a host's pool is bounded: a
+// declared length within the image's size or max-size, and never past it.
+// `report(bytes, total)` after each piece.
+caf::error copy_stream(mirror::download& d, partial_copy& p, uint64_t limit,
+                       const image_source& img,
+                       const std::function<void(uint64_t, uint64_t)>& report) {
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    auto n = d.read(buf.data(), buf.size());
+    if (!n)
+      return n.error();
+    if (*n == 0)
+      return {};
+    auto total = d.total();
+    if (!total)
+      return make_error(ec::invalid_argument, mirror::redact_url(img.url)
+                                                + " declares no length; set the image's size"
+                                                  " in the config");
+    if (limit > 0 && *total > limit)
+      return make_error(ec::length_mismatch,
+                        mirror::redact_url(img.url) + " declares " + std::to_string(*total)
+                          + " bytes, more than the image's size or max-size ("
+                          + std::to_string(limit) + ")");
+    if (p.offset + *n > *total)
+      return make_error(ec::length_mismatch, mirror::redact_url(img.url) + " sends more than the "
+                                               + std::to_string(*total) + " bytes it declares");
+    if (int err = pwrite_all(p.fd.get(), p.offset, buf.data(), *n))
+      return write_error("write", err);
+    p.offset += *n;
+    report(p.offset, *total);
+  }
+}
+
+// What a failed fetch leaves: a cut transfer stays to be resumed; bytes that
+// failed the check, a refused source and a full disk (its room goes back to
+// whoever else needs it) go. After a resume the fault may be the prefix's
+// (an older object behind the same URL) or the range's: the partial copy
+// goes, and the next attempt starts over, soon (transient).
+caf::error settle_failure(caf::error err, uint64_t resumed_at, const std::string& part,
+                          const std::string& image) {
+  bool refused = is(err, ec::source_rejected) || is(err, ec::invalid_argument);
+  if (resumed_at > 0 && (bad_bytes(err) || refused)) {
+    ::unlink(part.c_str());
+    err = make_error(ec::source_failed,
+                     detail(err) + " (after resuming at byte " + std::to_string(resumed_at)
+                       + "; the partial copy is discarded and the next attempt starts over)");
+  } else if (bad_bytes(err) || refused || is(err, ec::storage_full)) {
+    ::unlink(part.c_str());
+  }
+  return with_context(err, "image " + image + ": the node's copy");
 }
 
 } // namespace
@@ -163,132 +238,53 @@ caf::expected<std::string> image_stage::copy_of(const fill_request& req,
 
 caf::expected<std::string> image_stage::fetch(const fill_request& req, const std::string& stem,
                                               slot& s, fill_progress& progress) {
-  std::shared_ptr<const std::atomic<bool>> cancel = progress.cancel;
   auto& img = req.image;
   auto path = dir_ + "/" + stem;
   auto part = path + partial_suffix;
   auto what = "image " + img.name + ": the node's copy " + part;
-  fd_guard f{::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640)};
-  if (f.fd < 0)
-    return write_error(what);
-  // Another engine of this entry on this machine, with the same stage
-  // directory, may be fetching the same image: one writer per file, and
-  // this fill tries again later (its image actor's backoff).
-  if (::flock(f.fd, LOCK_EX | LOCK_NB) != 0)
-    return make_error(ec::source_failed, what + ": "
-                                           + (errno == EWOULDBLOCK ? "another process is writing it"
-                                                                   : "cannot lock it: " + errno_text()));
-  struct stat st{};
-  if (::fstat(f.fd, &st) != 0)
-    return write_error(what);
   auto limit = img.size > 0 ? img.size : img.max_size; // 0: no bound
-  auto offset = static_cast<uint64_t>(st.st_size);
-  std::optional<mirror::sha256> seed;
-  if (offset > 0 && (limit == 0 || offset <= limit))
-    seed = hash_prefix(f.fd, offset, cancel.get());
-  if (cancel && *cancel)
-    return make_error(ec::shutting_down, what + ": given up");
-  if (offset > 0 && !seed) {
-    if (::ftruncate(f.fd, 0) != 0)
-      return write_error(what);
-    offset = 0;
-  }
-  auto resumed_at = offset;
-  s.bytes = offset;
-  s.total = img.size;
-  progress.bytes = offset;
-  progress.total = img.size;
-  ++fetches_;
-  mirror::fetch_options fo;
-  fo.url = img.url;
-  fo.offset = offset;
-  if (img.size > 0)
-    fo.expected_length = img.size;
-  fo.expected_sha256 = img.sha256;
-  fo.deadline = req.download_deadline.count() > 0 ? req.download_deadline
-                                                  : std::chrono::minutes(30);
-  fo.low_speed_limit = req.low_speed_limit;
-  fo.low_speed_time = req.low_speed_time;
-  fo.ca_file = req.ca_file;
-  fo.cancel = std::move(cancel);
-  log::info("images", "image " + img.name + ": fetching the node's copy"
-                        + (offset > 0 ? " from byte " + std::to_string(offset) : std::string{}));
-  auto failed = [&](caf::error err) {
-    // Bytes that failed the check go; a cut transfer stays to be resumed.
-    // After a resume the fault may be the prefix's (an older object behind
-    // the same URL) or the range's: the next attempt starts over, soon.
-    if (resumed_at > 0 && (bad_bytes(err) || is(err, ec::source_rejected))) {
-      ::unlink(part.c_str());
-      err = make_error(ec::source_failed,
-                       detail(err) + " (after resuming at byte " + std::to_string(resumed_at)
-                         + "; the partial copy is discarded and the next attempt starts over)");
-    } else if (bad_bytes(err)) {
-      ::unlink(part.c_str());
-    }
-    return with_context(err, "image " + img.name + ": the node's copy");
+  auto p = open_partial(part, limit, progress.cancel.get(), what);
+  if (!p)
+    return p.error();
+  auto report = [&](uint64_t bytes, uint64_t total) {
+    s.bytes = progress.bytes = bytes;
+    s.total = progress.total = total;
   };
-  auto d = mirror::download::open(fo, std::move(seed));
-  if (!d)
-    return failed(d.error());
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    auto n = (*d)->read(buf.data(), buf.size());
-    if (!n)
-      return failed(n.error());
-    if (*n == 0)
-      break;
-    // The stage's disk is bounded as a host's pool is: by a declared
-    // length within the image's size or max-size, and never past it.
-    auto total = (*d)->total();
-    if (!total) {
-      ::unlink(part.c_str());
-      return with_context(make_error(ec::invalid_argument,
-                                     mirror::redact_url(img.url)
-                                       + " declares no length; set the image's size in the config"),
-                          "image " + img.name + ": the node's copy");
-    }
-    if (limit > 0 && *total > limit)
-      return failed(make_error(ec::length_mismatch,
-                               mirror::redact_url(img.url) + " declares " + std::to_string(*total)
-                                 + " bytes, more than the image's size or max-size ("
-                                 + std::to_string(limit) + ")"));
-    s.total = *total;
-    progress.total = *total;
-    if (offset + *n > *total)
-      return failed(make_error(ec::length_mismatch, mirror::redact_url(img.url)
-                                                      + " sends more than the "
-                                                      + std::to_string(*total)
-                                                      + " bytes it declares"));
-    if (auto err = write_all(f.fd, offset, buf.data(), *n, what)) {
-      if (is(err, ec::storage_full))
-        ::unlink(part.c_str()); // the room goes back to whoever else needs it
-      return with_context(err, "image " + img.name);
-    }
-    offset += *n;
-    s.bytes = offset;
-    progress.bytes = offset;
-  }
-  // Durable before it is named verified: a crash must not leave a short
-  // file under the final name.
-  if (::fsync(f.fd) != 0 || ::rename(part.c_str(), path.c_str()) != 0)
-    return write_error(what);
-  if (fd_guard d{::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)}; d.fd >= 0)
-    ::fsync(d.fd);
-  log::info("images", "image " + img.name + ": the node's copy is verified (" + std::to_string(offset)
-                        + " bytes)");
+  report(p->offset, img.size);
+  ++fetches_;
+  log::info("images", "image " + img.name + ": fetching the node's copy"
+                        + (p->offset > 0 ? " from byte " + std::to_string(p->offset)
+                                         : std::string{}));
+  auto resumed_at = p->offset;
+  auto fo = source_options(req, progress.cancel);
+  fo.offset = p->offset;
+  auto d = mirror::download::open(fo, std::move(p->seed));
+  auto err = d ? copy_stream(**d, *p, limit, img, report) : d.error();
+  if (!err)
+    err = publish(*p, part, path, dir_, what);
+  if (err)
+    return settle_failure(std::move(err), resumed_at, part, img.name);
+  log::info("images", "image " + img.name + ": the node's copy is verified ("
+                        + std::to_string(p->offset) + " bytes)");
   return path;
 }
 
 bool image_stage::discard_if_bad(const image_source& img) {
   auto path = dir_ + "/" + stem_of(img);
-  std::lock_guard<std::mutex> lk{mtx_};
-  fd_guard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // Hashed without the lock (seconds for a large image, while other fills
+  // and the fleet's cleanup take it); deleted under it only if the name
+  // still holds the file that was hashed, not a copy fetched since.
+  unique_fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   struct stat st{};
-  if (f.fd < 0 || ::fstat(f.fd, &st) != 0)
+  if (!f || ::fstat(f.get(), &st) != 0)
     return false;
   auto length = static_cast<uint64_t>(st.st_size);
-  auto h = hash_prefix(f.fd, length, nullptr);
+  auto h = hash_prefix(f.get(), length, nullptr);
   if (h && (img.size == 0 || length == img.size) && h->hex() == img.sha256)
+    return false;
+  std::lock_guard<std::mutex> lk{mtx_};
+  struct stat now{};
+  if (::stat(path.c_str(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)
     return false;
   ::unlink(path.c_str());
   log::warn("images", "image " + img.name + ": the node's copy " + path
