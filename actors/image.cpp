@@ -150,6 +150,9 @@ void finished(image_pointer self, caf::expected<images::fill_result> r) {
                          + (r->resumed_from > 0
                               ? ", resumed at " + std::to_string(r->resumed_from)
                               : std::string{})
+                         + (r->holes > 0
+                              ? ", " + std::to_string(r->holes) + " bytes of zeros as holes"
+                              : std::string{})
                          + ")");
     for (auto& w : st.waiters)
       w.deliver(st.ready);

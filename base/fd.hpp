@@ -1,7 +1,8 @@
 #pragma once
 // A file descriptor that closes itself, and whole positional reads and
-// writes: what the config reader, the upload spool and the node's image
-// copies (providers/images/stage.hpp) each wrote for themselves.
+// writes (and a hole at the end): what the config reader, the upload spool
+// and the node's image copies (providers/images/stage.hpp) each wrote for
+// themselves.
 
 #include <cerrno>
 #include <cstddef>
@@ -50,6 +51,12 @@ inline int pwrite_all(int fd, uint64_t offset, const char* data, size_t n) {
     offset += static_cast<uint64_t>(w);
   }
   return 0;
+}
+
+/// Makes the file `length` bytes long (ftruncate): past its end, a hole
+/// that reads as zeros and takes no room. 0, or the errno of the failure.
+inline int extend_to(int fd, uint64_t length) {
+  return ::ftruncate(fd, static_cast<off_t>(length)) == 0 ? 0 : errno;
 }
 
 /// Reads all `n` bytes at `offset` (interrupted reads retried): 0, or the

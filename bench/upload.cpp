@@ -2,8 +2,8 @@
 // own SSH link against libvirt's built-in transports, on one machine.
 //
 //   bench-upload [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T] [--no-tune]
-//                [--paths abcde] [--sessions S] [--rollout H [--rollout-sessions S]]
-//                                                    (root; exit 77 otherwise)
+//                [--paths abcdef] [--sessions S] [--rollout H [--rollout-sessions S]]
+//                [--disk D]                          (root; exit 77 otherwise)
 //
 // A file of N MiB (default 512) of random data in a temp dir; one private
 // libvirtd (qemu:///system, a dir pool); one private sshd whose sessions see
@@ -28,6 +28,13 @@
 //  (e) the engine's image fill (images::fill, what an image actor runs: a
 //      file:// source, its sha256, the marker) over 1..S SSH sessions at
 //      once (default 4), each with a range of the image (ranged_upload.hpp).
+//  (f) virsh vol-upload --sparse over qemu+ssh://: the file's holes go as
+//      holes (for --disk; a random file has none).
+// --disk D: the image is a raw disk of N MiB holding an ext4 file system
+// with D MiB of random files (mke2fs -d), zeros elsewhere, like a provider's
+// raw image: the image fill sends its zero packets as holes
+// (lv::upload_volume_sparse), (a) and (d) send every byte, (f) the file's
+// holes; the rollout's virsh runs with --sparse.
 // --rollout H: then H more hosts (a libvirtd and an sshd each) and the same
 // image to all of them at once: the engine's fills (with --rollout-sessions,
 // default the config's upload-streams) against H virsh vol-uploads over
@@ -41,6 +48,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -67,6 +75,7 @@
 #include "providers/mirror/sha256.hpp"
 #include "actors/parts/transport_choice.hpp"
 #include "runtime/engine.hpp"
+#include "testbed/disk_images.hpp"
 #include "testbed/ssh_host.hpp"
 #include "testbed/testbed.hpp"
 
@@ -130,6 +139,20 @@ void write_random_file(const std::string& path, uint64_t mibs) {
     }
   }
   ::close(fd);
+}
+
+// A raw disk image of `mibs` MiB holding an ext4 file system with
+// `data_mibs` MiB of random files (mke2fs -d): a provider's raw image, whose
+// free blocks are zeros (and holes in the file mke2fs leaves).
+void write_disk_image(const std::string& path, uint64_t mibs, uint64_t data_mibs,
+                      const testbed::temp_dir& tmp) {
+  auto root = tmp / "root";
+  std::filesystem::create_directory(root);
+  const uint64_t file_mibs = 64;
+  for (uint64_t done = 0, k = 0; done < data_mibs; done += file_mibs, ++k)
+    write_random_file(root + "/file" + std::to_string(k), std::min(file_mibs, data_mibs - done));
+  test::make_ext4_file(path, mibs * mib, root);
+  std::filesystem::remove_all(root);
 }
 
 std::string file_sha256(const std::string& path) {
@@ -212,8 +235,10 @@ struct setup {
     return o;
   }
 
-  /// With `same_image`: another host for that setup's image (no file of its own).
-  explicit setup(uint64_t mibs, const setup* same_image = nullptr)
+  /// With `same_image`: another host for that setup's image (no file of its
+  /// own). `disk_data_mibs` > 0: a raw disk image with that much file data
+  /// (write_disk_image) instead of random bytes.
+  explicit setup(uint64_t mibs, const setup* same_image = nullptr, uint64_t disk_data_mibs = 0)
     : lv(lv_options()), ssh(ssh_options()) {
     bytes = mibs * mib;
     if (same_image) {
@@ -221,7 +246,10 @@ struct setup {
       sha256 = same_image->sha256;
     } else {
       image = tmp / "image.raw";
-      write_random_file(image, mibs);
+      if (disk_data_mibs > 0)
+        write_disk_image(image, mibs, disk_data_mibs, tmp);
+      else
+        write_random_file(image, mibs);
       sha256 = file_sha256(image);
     }
     lv.start();
@@ -405,15 +433,19 @@ public:
     return m;
   }
 
-  measurement virsh(const std::string& label, const std::string& uri) {
+  /// `sparse`: vol-upload --sparse, which sends the holes of the file as
+  /// holes (the best a script does with a raw disk image it holds sparse).
+  measurement virsh(const std::string& label, const std::string& uri, bool sparse = false) {
     measurement m;
     m.label = label;
     auto vol = fresh_volume("up-virsh");
     auto path0 = path_cpu();
     auto t0 = clock_type::now();
-    auto up = testbed::run({"virsh", "-q", "-c", uri, "vol-upload", "--pool", pool, vol,
-                            s_.image},
-                           std::chrono::seconds(900));
+    std::vector<std::string> argv{"virsh", "-q", "-c", uri, "vol-upload", "--pool", pool, vol,
+                                  s_.image};
+    if (sparse)
+      argv.push_back("--sparse");
+    auto up = testbed::run(argv, std::chrono::seconds(900));
     m.total_seconds = seconds_since(t0);
     auto path1 = path_cpu();
     auto t1 = clock_type::now();
@@ -518,7 +550,6 @@ double median_cpu(const std::vector<measurement>& ms, uint64_t bytes) {
   return median(r);
 }
 
-
 // The same image to several hosts at once (a base image rolled out to a
 // fleet): every host's image fill at once, in a thread each, against every
 // host's `virsh vol-upload` over OpenSSH at once; wall time until the last
@@ -528,7 +559,34 @@ struct rollout_figures {
   std::string error;
 };
 
-rollout_figures rollout(std::vector<std::unique_ptr<setup>>& hosts, uint32_t sessions) {
+double virsh_rollout(std::vector<std::unique_ptr<setup>>& hosts,
+                     std::vector<lv::connection_ptr>& direct, bool sparse,
+                     std::vector<std::string>& errors) {
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    (void) lv::delete_volume(*direct[i], pool, "up-virsh");
+    if (auto v = lv::create_volume(*direct[i], pool, "up-virsh", hosts[i]->bytes, "raw"); !v)
+      throw std::runtime_error(render(v.error()));
+  }
+  auto t0 = clock_type::now();
+  std::vector<std::thread> uploads;
+  for (size_t i = 0; i < hosts.size(); ++i)
+    uploads.emplace_back([&, i] {
+      auto& h = *hosts[i];
+      std::vector<std::string> argv{"virsh", "-q", "-c", h.openssh_uri(), "vol-upload",
+                                    "--pool", pool, "up-virsh", h.image};
+      if (sparse)
+        argv.push_back("--sparse");
+      auto up = testbed::run(argv, std::chrono::seconds(1800));
+      if (!up.ok())
+        errors[i] = "vol-upload: exit " + std::to_string(up.exit_code) + ": " + up.output;
+    });
+  for (auto& t : uploads)
+    t.join();
+  return seconds_since(t0);
+}
+
+rollout_figures rollout(std::vector<std::unique_ptr<setup>>& hosts, uint32_t sessions,
+                        bool sparse_virsh) {
   rollout_figures out;
   std::vector<lv::connection_ptr> direct;
   for (auto& h : hosts) {
@@ -566,27 +624,7 @@ rollout_figures rollout(std::vector<std::unique_ptr<setup>>& hosts, uint32_t ses
     if (!e.empty() && out.error.empty())
       out.error = "engine: " + e;
   check_and_clean(names.data, {names.data, names.marker, names.partial});
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    (void) lv::delete_volume(*direct[i], pool, "up-virsh");
-    if (auto v = lv::create_volume(*direct[i], pool, "up-virsh", hosts[i]->bytes, "raw"); !v)
-      throw std::runtime_error(render(v.error()));
-  }
-  t0 = clock_type::now();
-  {
-    std::vector<std::thread> uploads;
-    for (size_t i = 0; i < hosts.size(); ++i)
-      uploads.emplace_back([&, i] {
-        auto& h = *hosts[i];
-        auto up = testbed::run({"virsh", "-q", "-c", h.openssh_uri(), "vol-upload", "--pool",
-                                pool, "up-virsh", h.image},
-                               std::chrono::seconds(1800));
-        if (!up.ok())
-          errors[i] = "vol-upload: exit " + std::to_string(up.exit_code) + ": " + up.output;
-      });
-    for (auto& t : uploads)
-      t.join();
-  }
-  out.virsh_s = seconds_since(t0);
+  out.virsh_s = virsh_rollout(hosts, direct, sparse_virsh, errors);
   for (auto& e : errors)
     if (!e.empty() && out.error.empty())
       out.error = e;
@@ -602,6 +640,7 @@ int main(int argc, char** argv) {
   int runs = 1;
   int tune_runs = 1;
   std::string paths = "abcde";
+  uint64_t disk_data_mibs = 0;
   uint32_t max_sessions = 4;
   int rollout_hosts = 0;
   auto rollout_sessions = host_config{}.upload_streams;
@@ -625,10 +664,12 @@ int main(int argc, char** argv) {
       max_sessions = static_cast<uint32_t>(std::clamp(std::atoi(argv[++i]), 1, 8));
     } else if (a == "--paths" && i + 1 < argc) {
       paths = argv[++i];
+    } else if (a == "--disk" && i + 1 < argc) {
+      disk_data_mibs = std::strtoull(argv[++i], nullptr, 10);
     } else {
       std::fprintf(stderr, "usage: %s [--mib N] [--chunk-kib K] [--runs R] [--tune-runs T]"
-                   " [--no-tune] [--paths abcde] [--sessions N] [--rollout HOSTS]"
-                   " [--rollout-sessions N]\n",
+                   " [--no-tune] [--paths abcdef] [--sessions N] [--rollout HOSTS]"
+                   " [--rollout-sessions N] [--disk DATA_MIB]\n",
                    argv[0]);
       return 2;
     }
@@ -639,8 +680,12 @@ int main(int argc, char** argv) {
                  lv::max_upload_chunk >> 10);
     return 2;
   }
-  if (paths.empty() || paths.find_first_not_of("abcde") != std::string::npos) {
-    std::fprintf(stderr, "--paths takes letters from abcde\n");
+  if (paths.empty() || paths.find_first_not_of("abcdef") != std::string::npos) {
+    std::fprintf(stderr, "--paths takes letters from abcdef\n");
+    return 2;
+  }
+  if (disk_data_mibs >= mibs) {
+    std::fprintf(stderr, "--disk takes the MiB of file data, less than --mib\n");
     return 2;
   }
   if (::geteuid() != 0) {
@@ -653,10 +698,13 @@ int main(int argc, char** argv) {
 
   try {
     auto t0 = clock_type::now();
-    setup s{mibs};
-    std::printf("bench-upload: %llu MiB random file; libvirtd pid %d (dir pool %s);"
+    setup s{mibs, nullptr, disk_data_mibs};
+    auto what = disk_data_mibs > 0
+                  ? "raw disk image (ext4, " + std::to_string(disk_data_mibs) + " MiB of files)"
+                  : std::string{"random file"};
+    std::printf("bench-upload: %llu MiB %s; libvirtd pid %d (dir pool %s);"
                 " sshd %s:%d pid %d; setup %.1f s\n",
-                static_cast<unsigned long long>(mibs), static_cast<int>(s.lv.pid()),
+                static_cast<unsigned long long>(mibs), what.c_str(), static_cast<int>(s.lv.pid()),
                 pool.c_str(), s.ssh.address().c_str(), s.ssh.port(),
                 static_cast<int>(s.ssh.pid()), seconds_since(t0));
     std::printf("  (b) %s\n  (c) %s\n  (d) %s\n", s.openssh_uri().c_str(),
@@ -672,7 +720,7 @@ int main(int argc, char** argv) {
       // host backs on first touch); whichever path went first paid for it.
       std::printf("\nwarm-up (not counted):\n");
       print(b.direct(lv::min_upload_chunk), s.bytes);
-      std::vector<measurement> a, bo, c, d, dv;
+      std::vector<measurement> a, bo, c, d, dv, f;
       using step = std::function<void()>;
       std::vector<step> steps;
       auto on = [&](char p) { return paths.find(p) != std::string::npos; };
@@ -690,6 +738,11 @@ int main(int argc, char** argv) {
       if (on('c'))
         steps.push_back([&] {
           print(c.emplace_back(b.virsh("(c) virsh qemu+libssh2", s.libssh2_uri())), s.bytes);
+        });
+      if (on('f'))
+        steps.push_back([&] {
+          print(f.emplace_back(b.virsh("(f) virsh qemu+ssh --sparse", s.openssh_uri(), true)),
+                s.bytes);
         });
       if (on('d')) {
         steps.push_back([&] { print(d.emplace_back(b.direct(chunk)), s.bytes); });
@@ -750,6 +803,15 @@ int main(int argc, char** argv) {
         }
         std::printf("  goals: >= 0.9 of (d), >= 2x (b)\n");
       }
+      if (on('f')) {
+        auto rf = median_rate(f, s.bytes), re = median_rate(e[1], s.bytes);
+        csv.row({"(f)_virsh_qemu+ssh_sparse", figures::cell(rf),
+                 figures::cell(median_cpu(f, s.bytes))});
+        std::printf("\n  (f) virsh qemu+ssh --sparse %7.1f MiB/s  %6.2f path CPU s/GiB\n", rf,
+                    median_cpu(f, s.bytes));
+        std::printf("  the image fill (one session) / (f) = %.2fx, / (b) = %.2fx\n",
+                    rf > 0 ? re / rf : 0, rb > 0 ? re / rb : 0);
+      }
       if (tune_runs > 0) {
         std::printf("\n==== chunk size (%d upload(s) per size and path, interleaved;"
                     " load average %s) ====\n",
@@ -776,14 +838,15 @@ int main(int argc, char** argv) {
       std::vector<std::unique_ptr<setup>> hosts;
       for (int i = 0; i < rollout_hosts; ++i)
         hosts.push_back(std::make_unique<setup>(mibs, &s));
-      auto f = rollout(hosts, rollout_sessions);
+      auto sparse = disk_data_mibs > 0; // a script with a raw disk image uses --sparse
+      auto f = rollout(hosts, rollout_sessions, sparse);
       if (!f.error.empty())
         std::printf("  FAILED: %s\n", f.error.c_str());
       auto total_mib = static_cast<double>(mibs) * rollout_hosts;
       std::printf("  engine image fills (%u sessions each) %7.1f s  %7.1f MiB/s in all\n",
                   rollout_sessions, f.engine_s, total_mib / f.engine_s);
-      std::printf("  %d x virsh vol-upload (OpenSSH)     %7.1f s  %7.1f MiB/s in all\n",
-                  rollout_hosts, f.virsh_s, total_mib / f.virsh_s);
+      std::printf("  %d x virsh vol-upload%s (OpenSSH)  %7.1f s  %7.1f MiB/s in all\n",
+                  rollout_hosts, sparse ? " --sparse" : "", f.virsh_s, total_mib / f.virsh_s);
       std::printf("  engine / virsh = %.2fx faster  (goal >= 2x)\n",
                   f.engine_s > 0 ? f.virsh_s / f.engine_s : 0);
       // The table's columns: MiB/s here is over every host together.

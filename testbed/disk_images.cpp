@@ -1,4 +1,5 @@
 
+#include <filesystem>
 #include <stdexcept>
 
 #include "testbed/disk_images.hpp"
@@ -82,6 +83,22 @@ qcow2_image make_qcow2(const std::string& raw, const qcow2_options& opts) {
   else
     testbed::run_checked(argv, std::chrono::seconds(120));
   return {testbed::read_file(out), qcow2_virtual_size(out)};
+}
+
+void make_ext4_file(const std::string& out, uint64_t size, const std::string& root) {
+  testbed::run_checked({"truncate", "-s", std::to_string(size), out});
+  testbed::run_checked({"/usr/sbin/mke2fs", "-q", "-F", "-t", "ext4", "-d", root, out},
+                       std::chrono::seconds(600));
+}
+
+std::string make_ext4(uint64_t size, const std::vector<std::pair<std::string, std::string>>& files) {
+  testbed::temp_dir dir{"ext4"};
+  auto root = dir / "root";
+  std::filesystem::create_directory(root);
+  for (auto& [name, content] : files)
+    testbed::write_file(root + "/" + name, content);
+  make_ext4_file(dir / "disk.raw", size, root);
+  return testbed::read_file(dir / "disk.raw");
 }
 
 } // namespace egress::test

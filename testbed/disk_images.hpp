@@ -1,16 +1,20 @@
 #pragma once
 // Real disk images for tests and benchmarks: every image a test declares as
 // qcow2 is made here by qemu-img (qemu-utils), never written by hand, so it
-// has the header, the metadata clusters and the length a real one has.
+// has the header, the metadata clusters and the length a real one has; a
+// raw disk with a file system on it is made by mke2fs.
 //
 //   auto raw = test::pattern(12 * mib, 7) + std::string(4 * mib, '\0');
 //   auto q = test::make_qcow2(raw);                    // virtual 16 MiB
 //   q.bytes.size() != q.virtual_size;                  // clusters + metadata
 //   auto c = test::make_qcow2(raw, {.compressed = true});
 //   auto b = test::make_qcow2(raw, {.backing_file = "/etc/shadow"});
+//   auto fs = test::make_ext4(32 * mib, {{"a", pattern(4 * mib, 1)}});
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace egress::test {
 
@@ -38,6 +42,18 @@ struct qcow2_image {
 /// an image of that virtual size with those header fields. Throws
 /// std::runtime_error with qemu-img's output on failure.
 qcow2_image make_qcow2(const std::string& raw, const qcow2_options& opts = {});
+
+/// A raw disk image of `size` bytes that holds a real ext4 file system
+/// (mke2fs -d, e2fsprogs) with `files` (name, content) in its root: data
+/// where the file system put it, zeros in its free blocks and most of its
+/// inode table, as in a raw image a provider ships. Throws
+/// std::runtime_error with mke2fs's output on failure.
+std::string make_ext4(uint64_t size,
+                      const std::vector<std::pair<std::string, std::string>>& files);
+
+/// The same into the file `out` (sparse, as mke2fs leaves it), with the
+/// contents of the directory `root`: for images too large to hold in memory.
+void make_ext4_file(const std::string& out, uint64_t size, const std::string& root);
 
 /// `qemu-img info -U --output=json`'s "virtual-size" of `path` (also while a
 /// QEMU has it open).

@@ -65,6 +65,7 @@ caf::error write_small(lv::connection& c, const std::string& pool, const std::st
 // failure leaves a resumable partial volume behind.
 struct attempt {
   bool data_touched = false;
+  uint64_t holes = 0; // zeros the upload sent as holes
 };
 
 // The virtual size a marker vouches for, if `text` is exactly the marker
@@ -191,10 +192,22 @@ struct resume_point {
   std::optional<header_facts> header;
 };
 
+// How far the daemon got writing a data volume from byte 0. A fresh upload
+// sends its zeros as holes, and once it sent one the file is as long as
+// the daemon got (volumes.hpp): shorter than the image, it is its length.
+// Otherwise the file has the image's length, and a sparse raw volume's
+// allocation is at most where the daemon got (at most, not exactly: the
+// zeros before it are not allocated). An image of unknown size: the
+// allocation, at most the same.
+uint64_t reached(const lv::volume_facts& data, uint64_t image_size) {
+  if (image_size != 0 && data.length < image_size)
+    return data.length;
+  return data.allocation;
+}
+
 // 2. Not ready. The marker goes first: from here on the data changes. The
 // upload resumes where the volume got to, if it was being written before
-// (the partial mark is there) and holds anything: a sparse raw volume
-// written from byte 0 has its allocation up to where the daemon got.
+// (the partial mark is there) and holds anything.
 caf::expected<resume_point> begin_writing(transfer_job& job, const pool_view& v) {
   auto& img = job.img();
   if (v.marker)
@@ -207,10 +220,10 @@ caf::expected<resume_point> begin_writing(transfer_job& job, const pool_view& v)
       return err;
   resume_point at;
   if (!v.data || !v.partial || v.data->length == 0
-      || (img.size != 0 && v.data->length != img.size))
+      || (img.size != 0 && v.data->length > img.size))
     return at;
   // Below the length: a ranged request must ask for at least one byte.
-  auto held = std::min(v.data->allocation, v.data->length - 1);
+  auto held = std::min(reached(v.data.value(), img.size), v.data->length - 1);
   at.offset = held / resume_granularity * resume_granularity;
   if (at.offset == 0)
     return at;
@@ -285,20 +298,38 @@ caf::expected<first_bytes> check_source(transfer_job& job, mirror::download& dl,
       return checked.error();
     at.header = *checked;
   }
-  if (!v.data || v.data->length != total) {
-    // A fresh volume: the old one (another length) cannot be resumed.
-    if (at.offset > 0)
+  if (at.offset > 0) {
+    // Resumed: the volume is the image's length, or shorter where a sparse
+    // upload was cut (begin_writing); the upload writes it to the end.
+    if (v.data->length > total || at.offset > v.data->length)
       return make_error(ec::source_failed, "image " + img.name + ": the volume holds "
                                              + std::to_string(v.data->length)
                                              + " bytes, the source declares "
                                              + std::to_string(total));
+    return first;
+  }
+  // From byte 0 always into a new volume: it reads as zeros, which is what
+  // lets the upload send the image's zeros as holes (volumes.hpp).
+  if (v.data)
     if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
       return err;
-    auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
-    if (!vol)
-      return vol.error();
-  }
+  auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
+  if (!vol)
+    return vol.error();
   return first;
+}
+
+// A fresh volume (check_source) takes the image's zeros as holes; a resumed
+// one may hold anything past the resume offset, so it gets every byte.
+caf::error upload(transfer_job& job, const resume_point& at, uint64_t length,
+                  const lv::upload_source& source) {
+  if (at.offset > 0)
+    return lv::upload_volume(job.c, job.pool(), job.names.data, at.offset, length, source);
+  lv::upload_tally tally;
+  auto err = lv::upload_volume_sparse(job.c, job.pool(), job.names.data, 0, length, source,
+                                      &tally);
+  job.at.holes = tally.holes;
+  return err;
 }
 
 // 3. The stream: the first bytes, then the rest of the source, into the
@@ -331,8 +362,7 @@ caf::error stream(transfer_job& job, mirror::download& dl, first_bytes& first,
     }
     return n;
   };
-  if (auto err = lv::upload_volume(job.c, job.pool(), job.names.data, at.offset,
-                                   total - at.offset, source))
+  if (auto err = upload(job, at, total - at.offset, source))
     return err;
   progress.transferring = false;
   char probe[1];
@@ -377,6 +407,7 @@ caf::expected<fill_result> mark_verified(transfer_job& job, uint64_t total,
   r.virtual_size = at.header->virtual_size;
   r.transferred = true;
   r.resumed_from = at.offset;
+  r.holes = job.at.holes;
   return r;
 }
 

@@ -102,6 +102,7 @@ struct fill_result {
   uint64_t virtual_size = 0;  // the disk a guest sees: qcow2's from its header, else length
   bool transferred = false;   // false: found ready in the pool
   uint64_t resumed_from = 0;  // > 0: an interrupted upload was resumed
+  uint64_t holes = 0;         // zeros of the image that went as holes, not as bytes
 };
 
 caf::expected<fill_result> fill(const fill_request& req, fill_progress& progress);

@@ -8,6 +8,7 @@
 #include <libvirt/virterror.h>
 #include <pugixml.hpp>
 
+#include "base/zeros.hpp"
 #include "messages/error.hpp"
 #include "messages/names.hpp"
 #include "providers/libvirt/error.hpp"
@@ -33,6 +34,19 @@ caf::expected<pool_ptr> lookup_pool(connection& c, const std::string& pool,
   if (!p)
     return last_error(what + ": pool " + pool);
   return p;
+}
+
+caf::expected<volume_ptr> lookup_volume(connection& c, const std::string& pool,
+                                        const std::string& name, const std::string& what) {
+  if (auto err = check_names(pool, name))
+    return err;
+  auto p = lookup_pool(c, pool, what);
+  if (!p)
+    return p.error();
+  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  if (!vol)
+    return last_error(what);
+  return vol;
 }
 
 std::string volume_xml(const std::string& name, uint64_t capacity,
@@ -86,91 +100,190 @@ private:
   virStreamPtr st_;
 };
 
-caf::error upload(connection& c, virStorageVolPtr vol, const std::string& what,
-                  uint64_t offset, uint64_t length, const upload_source& read,
-                  size_t chunk, uint64_t* sent) {
-  uint64_t done = 0;
-  if (sent != nullptr)
-    *sent = 0;
-  if (vol == nullptr)
-    return make_error(ec::invalid_argument, what + ": no volume given");
-  if (!read)
-    return make_error(ec::invalid_argument, what + ": no source given");
-  if (chunk < min_upload_chunk || chunk > max_upload_chunk)
-    return make_error(ec::invalid_argument,
-                      what + ": chunk of " + size_text(chunk) + " is outside ["
-                        + size_text(min_upload_chunk) + ", "
-                        + size_text(max_upload_chunk) + "]");
-  // Not zero-filled: only what the source wrote is ever sent.
-  std::unique_ptr<char[]> buf{new char[chunk]};
-  stream_ptr st{virStreamNew(c.get(), 0)};
-  if (!st)
-    return last_error(what + ": new stream");
-  if (virStorageVolUpload(vol, st.get(), static_cast<unsigned long long>(offset),
-                          static_cast<unsigned long long>(length), 0)
-      < 0)
-    return last_error(what); // the stream never became active: freeing is enough
-  stream_guard guard{st.get()};
-  auto at = [&] { return " after " + size_text(done); };
-  for (;;) {
-    auto want = length == 0 ? chunk
-                            : static_cast<size_t>(std::min<uint64_t>(chunk, length - done));
-    if (want == 0)
-      break;
-    // Fill a whole packet: libvirt's per-packet cost (a message, a wake-up
-    // of the daemon's stream handler) is what small sends pay for.
+// virCheckFlags' refusal: a daemon (or a pool's backend) that does not know
+// VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM, before the stream became active.
+bool sparse_refused() {
+  const virError* e = virGetLastError();
+  return e != nullptr && e->code == VIR_ERR_INVALID_ARG && e->message != nullptr
+         && std::string_view{e->message}.find("unsupported flags") != std::string_view::npos;
+}
+
+// One upload: packets of whole chunks from the source; with holes, a chunk
+// that is all zeros is not sent but added to a hole, which goes (one
+// message however long) before the next data and before the finish.
+class uploader {
+public:
+  /// `sent` and `holes` (either may be null) are kept current while the
+  /// upload runs: a caller that abandons a blocked upload reads how far it got.
+  uploader(std::string what, uint64_t length, const upload_source& read, size_t chunk,
+           uint64_t* sent, uint64_t* holes)
+    : what_(std::move(what)), length_(length), read_(read), chunk_(chunk), sent_(sent),
+      holes_sent_(holes) {
+    for (auto* p : {sent_, holes_sent_})
+      if (p != nullptr)
+        *p = 0;
+  }
+
+  caf::error run(connection& c, virStorageVolPtr vol, uint64_t offset, bool holes) {
+    if (auto err = check())
+      return err;
+    holes_ = holes;
+    auto st = open(c, vol, offset);
+    if (!st)
+      return std::move(st.error());
+    stream_guard guard{st->get()};
+    if (auto err = pump(st->get())) {
+      guard.abort();
+      return err;
+    }
+    if (virStreamFinish(st->get()) < 0) {
+      auto err = last_error(what_ + ": finish" + at());
+      guard.abort(); // a no-op once finish closed it; harmless otherwise
+      return err;
+    }
+    guard.closed();
+    return {};
+  }
+
+private:
+  caf::error check() const {
+    if (!read_)
+      return make_error(ec::invalid_argument, what_ + ": no source given");
+    if (chunk_ < min_upload_chunk || chunk_ > max_upload_chunk)
+      return make_error(ec::invalid_argument,
+                        what_ + ": chunk of " + size_text(chunk_) + " is outside ["
+                          + size_text(min_upload_chunk) + ", "
+                          + size_text(max_upload_chunk) + "]");
+    return {};
+  }
+
+  // The stream, set up for holes if asked for and the daemon knows them.
+  caf::expected<stream_ptr> open(connection& c, virStorageVolPtr vol, uint64_t offset) {
+    stream_ptr st{virStreamNew(c.get(), 0)};
+    if (!st)
+      return last_error(what_ + ": new stream");
+    unsigned flags = holes_ ? VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM : 0;
+    if (virStorageVolUpload(vol, st.get(), static_cast<unsigned long long>(offset),
+                            static_cast<unsigned long long>(length_), flags)
+        == 0)
+      return st;
+    if (!holes_ || !sparse_refused())
+      return last_error(what_); // the stream never became active: freeing is enough
+    virResetLastError(); // an old daemon: the same bytes, zeros and all
+    holes_ = false;
+    return open(c, vol, offset);
+  }
+
+  std::string at() const { return " after " + size_text(done_); }
+
+  // Packets until the source ends or `length` is reached.
+  caf::error pump(virStreamPtr st) {
+    // Not zero-filled: only what the source wrote is ever sent.
+    buf_.reset(new char[chunk_]);
+    for (;;) {
+      auto want = length_ == 0
+                    ? chunk_
+                    : static_cast<size_t>(std::min<uint64_t>(chunk_, length_ - done_ - hole_));
+      if (want == 0)
+        break;
+      auto have = fill(want);
+      if (!have)
+        return std::move(have.error());
+      if (*have > 0) {
+        if (holes_ && all_zero(buf_.get(), *have))
+          hole_ += *have;
+        else if (auto err = send(st, *have))
+          return err;
+      }
+      if (*have < want) { // the source ended
+        if (auto err = send_hole(st))
+          return err;
+        if (length_ != 0 && done_ < length_)
+          return make_error(ec::invalid_argument, what_ + ": the source ended after "
+                                                    + size_text(done_) + " of "
+                                                    + size_text(length_));
+        return {};
+      }
+    }
+    return send_hole(st);
+  }
+
+  // Fills a whole packet: libvirt's per-packet cost (a message, a wake-up
+  // of the daemon's stream handler) is what small sends pay for. Fewer
+  // than `want` bytes: the source has ended.
+  caf::expected<size_t> fill(size_t want) {
     size_t have = 0;
-    bool ended = false;
     while (have < want) {
-      auto n = read(buf.get() + have, want - have);
+      auto n = read_(buf_.get() + have, want - have);
       if (!n) {
-        guard.abort();
         if (!n.error()) // a failure without an error must not read as success
           return make_error(ec::invalid_argument,
-                            what + ": the source failed without an error" + at());
+                            what_ + ": the source failed without an error" + at());
         return std::move(n.error()); // the source's own error, unchanged
       }
-      if (*n > want - have) {
-        guard.abort();
+      if (*n > want - have)
         return make_error(ec::invalid_argument,
-                          what + ": the source returned " + size_text(*n)
+                          what_ + ": the source returned " + size_text(*n)
                             + " for a buffer of " + size_text(want - have) + at());
-      }
-      if (*n == 0) {
-        ended = true;
+      if (*n == 0)
         break;
-      }
       have += *n;
     }
+    return have;
+  }
+
+  caf::error send(virStreamPtr st, size_t have) {
+    if (auto err = send_hole(st))
+      return err;
     for (size_t off = 0; off < have;) {
-      auto n = virStreamSend(st.get(), buf.get() + off, have - off);
-      if (n <= 0) { // -2 (would block) cannot happen on a blocking stream
-        auto err = last_error(what + ": send" + at());
-        guard.abort();
-        return err;
-      }
+      auto n = virStreamSend(st, buf_.get() + off, have - off);
+      if (n <= 0) // -2 (would block) cannot happen on a blocking stream
+        return last_error(what_ + ": send" + at());
       off += static_cast<size_t>(n);
-      done += static_cast<uint64_t>(n);
-      if (sent != nullptr)
-        *sent = done;
+      count(static_cast<uint64_t>(n), false);
     }
-    if (ended) {
-      if (length != 0 && done < length) {
-        guard.abort();
-        return make_error(ec::invalid_argument, what + ": the source ended after "
-                                                  + size_text(done) + " of "
-                                                  + size_text(length));
-      }
-      break;
-    }
+    return {};
   }
-  if (virStreamFinish(st.get()) < 0) {
-    auto err = last_error(what + ": finish" + at());
-    guard.abort(); // a no-op once finish closed it; harmless otherwise
-    return err;
+
+  // The zeros gathered so far, as one hole: the daemon seeks past them (and
+  // truncates the file there, see volumes.hpp).
+  caf::error send_hole(virStreamPtr st) {
+    if (hole_ == 0)
+      return {};
+    if (virStreamSendHole(st, static_cast<long long>(hole_), 0) < 0)
+      return last_error(what_ + ": send a hole of " + size_text(hole_) + at());
+    count(hole_, true);
+    hole_ = 0;
+    return {};
   }
-  guard.closed();
-  return {};
+
+  void count(uint64_t n, bool hole) {
+    done_ += n;
+    if (sent_ != nullptr)
+      *sent_ = done_;
+    if (hole && holes_sent_ != nullptr)
+      *holes_sent_ += n;
+  }
+
+  std::string what_;
+  uint64_t length_;
+  const upload_source& read_;
+  size_t chunk_;
+  uint64_t* sent_;
+  uint64_t* holes_sent_;
+  std::unique_ptr<char[]> buf_;
+  bool holes_ = false;
+  uint64_t done_ = 0; // bytes the stream took, holes included
+  uint64_t hole_ = 0; // zeros read but not yet sent as a hole
+};
+
+caf::error upload(connection& c, virStorageVolPtr vol, const std::string& what,
+                  uint64_t offset, uint64_t length, const upload_source& read,
+                  size_t chunk, uint64_t* sent, uint64_t* holes_sent, bool holes) {
+  uploader up{what, length, read, chunk, sent, holes_sent};
+  if (vol == nullptr)
+    return make_error(ec::invalid_argument, what + ": no volume given");
+  return up.run(c, vol, offset, holes);
 }
 
 } // namespace
@@ -243,8 +356,8 @@ caf::error upload_volume(connection& c, virStorageVolPtr vol, uint64_t offset,
                          uint64_t length, const upload_source& read, size_t chunk,
                          uint64_t* sent) {
   const char* name = vol != nullptr ? virStorageVolGetName(vol) : nullptr;
-  return upload(c, vol, std::string{"upload "} + (name != nullptr ? name : "volume"),
-                offset, length, read, chunk, sent);
+  return upload(c, vol, std::string{"upload "} + (name != nullptr ? name : "volume"), offset,
+                length, read, chunk, sent, nullptr, false);
 }
 
 caf::error upload_volume(connection& c, const std::string& pool, const std::string& name,
@@ -252,16 +365,25 @@ caf::error upload_volume(connection& c, const std::string& pool, const std::stri
                          size_t chunk, uint64_t* sent) {
   if (sent != nullptr)
     *sent = 0;
-  if (auto err = check_names(pool, name))
-    return err;
   auto what = "upload " + pool + "/" + name;
-  auto p = lookup_pool(c, pool, what);
-  if (!p)
-    return p.error();
-  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  auto vol = lookup_volume(c, pool, name, what);
   if (!vol)
-    return last_error(what);
-  return upload(c, vol.get(), what, offset, length, read, chunk, sent);
+    return vol.error();
+  return upload(c, vol->get(), what, offset, length, read, chunk, sent, nullptr, false);
+}
+
+caf::error upload_volume_sparse(connection& c, const std::string& pool,
+                                const std::string& name, uint64_t offset, uint64_t length,
+                                const upload_source& read, upload_tally* tally) {
+  if (tally != nullptr)
+    *tally = {};
+  auto what = "upload " + pool + "/" + name;
+  auto vol = lookup_volume(c, pool, name, what);
+  if (!vol)
+    return vol.error();
+  return upload(c, vol->get(), what, offset, length, read, default_upload_chunk,
+                tally != nullptr ? &tally->sent : nullptr,
+                tally != nullptr ? &tally->holes : nullptr, true);
 }
 
 caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std::string& pool,
@@ -326,17 +448,14 @@ caf::expected<uint64_t> receive(connection& c, const std::string& pool, const st
     return err;
   if (length == 0 || !sink)
     return make_error(ec::invalid_argument, what + ": no length or no sink given");
-  auto p = lookup_pool(c, pool, what);
-  if (!p)
-    return p.error();
-  volume_ptr vol{virStorageVolLookupByName(p->get(), name.c_str())};
+  auto vol = lookup_volume(c, pool, name, what);
   if (!vol)
-    return last_error(what);
+    return vol.error();
   stream_ptr st{virStreamNew(c.get(), 0)};
   if (!st)
     return last_error(what + ": new stream");
   unsigned flags = stop_at_hole ? VIR_STORAGE_VOL_DOWNLOAD_SPARSE_STREAM : 0;
-  if (virStorageVolDownload(vol.get(), st.get(), static_cast<unsigned long long>(offset),
+  if (virStorageVolDownload(vol->get(), st.get(), static_cast<unsigned long long>(offset),
                             static_cast<unsigned long long>(length), flags)
       < 0)
     return last_error(what);

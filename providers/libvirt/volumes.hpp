@@ -94,6 +94,31 @@ caf::error upload_volume(connection& c, const std::string& pool,
                          const upload_source& read,
                          size_t chunk = default_upload_chunk, uint64_t* sent = nullptr);
 
+/// What an upload gave the volume: `sent` bytes from its offset, holes
+/// included, `holes` of them as holes.
+struct upload_tally {
+  uint64_t sent = 0;
+  uint64_t holes = 0;
+};
+
+/// upload_volume (pool and name, default chunk) for a volume that reads as
+/// zeros from `offset` on, such as one created for this upload: a packet of
+/// the source that is all zeros is not sent but becomes part of a hole
+/// (VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM, one message however long), so a
+/// raw disk image moves only its data and stays sparse on the host. A
+/// daemon that refuses the flag (libvirt before 3.4) gets every byte, as
+/// upload_volume sends them.
+///
+/// Only into zeros: libvirtd makes a hole in a file with lseek and
+/// ftruncate at the hole's end (virfdstream.c), so the bytes the hole skips
+/// keep what the file held there, everything past the hole's end is cut
+/// off, and while the upload runs the file is as long as the daemon got
+/// (once a hole was sent). That is also why several streams into one
+/// volume (ranged_upload.hpp) never send holes.
+caf::error upload_volume_sparse(connection& c, const std::string& pool,
+                                const std::string& name, uint64_t offset, uint64_t length,
+                                const upload_source& read, upload_tally* tally = nullptr);
+
 /// What libvirt reports of a volume (virStorageVolGetInfo, the same with
 /// VIR_STORAGE_VOL_GET_PHYSICAL, and GetPath).
 ///

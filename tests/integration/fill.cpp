@@ -15,10 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "messages/error.hpp"
 #include "providers/images/fill.hpp"
 #include "providers/images/stage.hpp"
 #include "providers/images/volume_names.hpp"
+#include "providers/libvirt/volumes.hpp"
 #include "providers/mirror/sha256.hpp"
 #include "providers/ssh/ssh_transport.hpp"
 #include "providers/transport.hpp"
@@ -827,6 +830,143 @@ BOOST_AUTO_TEST_CASE(spec_09_two_entries_fill_one_qcow2_on_one_pool_and_share_no
   BOOST_REQUIRE_MESSAGE(a2, show(a2));
   BOOST_CHECK(!a2->transferred);
   BOOST_CHECK_EQUAL(a2->virtual_size, real_qcow2().virtual_size);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+constexpr uint64_t packet = lv::default_upload_chunk;
+
+// A 32 MiB raw disk with a real ext4 file system holding 6 MiB of files
+// (mke2fs -d): its inode table and free blocks are zeros, about three
+// quarters of the image in runs of many packets, the first one before the
+// files' data.
+const std::string& real_ext4() {
+  static const auto d = test::make_ext4(32 * mib, {{"a", pattern(3 * mib, 21)},
+                                                   {"b", pattern(2 * mib, 22)},
+                                                   {"c", pattern(1 * mib, 23)}});
+  return d;
+}
+
+bool zero_packet(const std::string& s, uint64_t at) {
+  auto n = std::min<uint64_t>(packet, s.size() - at);
+  return s.find_first_not_of('\0', at) >= at + n;
+}
+
+// The bytes a fresh upload of `s` sends as holes: its packets that are all
+// zeros.
+uint64_t zeros_in_packets(const std::string& s) {
+  uint64_t out = 0;
+  for (uint64_t at = 0; at < s.size(); at += packet)
+    if (zero_packet(s, at))
+      out += std::min<uint64_t>(packet, s.size() - at);
+  return out;
+}
+
+// Where the first run of zero packets ends (the next data packet), 0 if
+// there is none.
+uint64_t end_of_first_hole(const std::string& s) {
+  uint64_t at = 0;
+  while (at < s.size() && !zero_packet(s, at))
+    at += packet;
+  while (at < s.size() && zero_packet(s, at))
+    at += packet;
+  return at < s.size() ? at : 0;
+}
+
+uint64_t allocated_bytes(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+struct ext4_fixture : fixture {
+  ext4_fixture() : fixture(real_ext4(), "raw") {}
+  std::string data_path() const { return pool_dir + "/" + names().data; }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(image_fill_sparse_suite, ext4_fixture)
+
+// A fresh upload sends the zero packets of a raw disk as holes: the volume
+// reads back byte for byte the image, and the host stores only its data.
+BOOST_AUTO_TEST_CASE(spec_45_a_raw_disk_moves_only_its_data_and_stays_sparse) {
+  auto zeros = zeros_in_packets(image);
+  BOOST_REQUIRE_GT(zeros, image.size() / 2);
+  auto r = fill(request());
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  BOOST_CHECK(r->transferred);
+  BOOST_CHECK_EQUAL(r->holes, zeros);
+  BOOST_CHECK(testbed::read_file(data_path()) == image);
+  BOOST_TEST_MESSAGE("allocated " << allocated_bytes(data_path()) << " of " << image.size());
+  BOOST_CHECK_LE(allocated_bytes(data_path()), image.size() - zeros + mib);
+  BOOST_CHECK(exists(names().marker) && !exists(names().partial));
+}
+
+// Cut after the first hole, the file is as long as the daemon got
+// (providers/libvirt/volumes.hpp): the next fill resumes there with a
+// Range, not from byte 0, and sends every byte from there on.
+BOOST_AUTO_TEST_CASE(spec_45_a_sparse_upload_cut_after_a_hole_resumes_where_it_got) {
+  auto data_after_hole = end_of_first_hole(image);
+  BOOST_REQUIRE(data_after_hole > 0);
+  auto cut = data_after_hole + 3 * mib + 100;
+  BOOST_REQUIRE_LT(cut, image.size() - 4 * mib);
+  http.set({.truncate_after = cut});
+  auto r = fill(request());
+  BOOST_REQUIRE(!r);
+  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
+  BOOST_CHECK_LT(std::filesystem::file_size(data_path()), image.size());
+  BOOST_CHECK(exists(names().partial));
+
+  http.set({});
+  http.clear_log();
+  auto again = fill(request());
+  BOOST_REQUIRE_MESSAGE(again, show(again));
+  BOOST_TEST_MESSAGE("cut at " << cut << ", resumed at " << again->resumed_from);
+  BOOST_CHECK_GT(again->resumed_from, 0u);
+  BOOST_CHECK_LE(again->resumed_from, cut);
+  BOOST_CHECK_EQUAL(again->holes, 0u);
+  auto log = http.log();
+  BOOST_REQUIRE(!log.empty());
+  BOOST_CHECK_EQUAL(log.back().range, "bytes=" + std::to_string(again->resumed_from) + "-");
+  BOOST_CHECK(testbed::read_file(data_path()) == image);
+  BOOST_CHECK(exists(names().marker) && !exists(names().partial));
+}
+
+// A hole skips bytes without writing them, so an upload from byte 0 goes
+// into a new volume: a data volume of the image's length full of other
+// bytes (nobody's partial upload) must not show through the holes.
+BOOST_AUTO_TEST_CASE(spec_45_an_upload_from_byte_0_never_leaves_old_bytes_under_a_hole) {
+  testbed::write_file(data_path(), std::string(image.size(), '\xff'));
+  lv.virsh({"pool-refresh", pool_name});
+  auto r = fill(request());
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  BOOST_CHECK_GT(r->holes, 0u);
+  BOOST_CHECK(testbed::read_file(data_path()) == image);
+}
+
+// The node's copy (engine.stage-dir) of a raw disk leaves its zeros
+// unwritten too: it reads back as the image and takes about its data on
+// the node's disk.
+BOOST_AUTO_TEST_CASE(spec_45_the_node_copy_of_a_raw_disk_is_sparse) {
+  testbed::temp_dir dir{"stage"};
+  auto stage = images::image_stage::open(dir.path(), "alpha");
+  BOOST_REQUIRE(stage);
+  auto req = request();
+  req.stage = *stage;
+  auto r = fill(req);
+  BOOST_REQUIRE_MESSAGE(r, show(r));
+  auto zeros = zeros_in_packets(image);
+  BOOST_CHECK_EQUAL(r->holes, zeros);
+  auto copy = dir / names().data;
+  BOOST_CHECK(testbed::read_file(copy) == image);
+  BOOST_TEST_MESSAGE("the node's copy: allocated " << allocated_bytes(copy) << " of "
+                                                   << image.size());
+  BOOST_CHECK_LE(allocated_bytes(copy), image.size() - zeros + mib);
+  BOOST_CHECK(testbed::read_file(data_path()) == image);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
