@@ -2,7 +2,9 @@
 # socket (the ceiling of any transport) drawn across: the engine's link,
 # virsh's transports, the engine's image fill over 1..N sessions, and a
 # rollout to several hosts at once (MiB/s over every host together, the
-# engine's fills against as many virsh vol-uploads). Variables: csv, png.
+# engine's fills against as many virsh vol-uploads); rows named disk_* are
+# the same for a raw disk image, whose zeros go as holes (the fill) or as
+# the file's holes (virsh --sparse). Variables: csv, png.
 set datafile separator ","
 set terminal pngcairo size 960,600 noenhanced
 set output png
@@ -13,6 +15,7 @@ set boxwidth 0.6
 set grid ytics
 set xtics rotate by -30 font ",9"
 set bmargin 8
+set rmargin 10
 set yrange [0:*]
 stats csv skip 1 using (strcol(1) eq "(d)_unix_socket_API" ? $2 : NaN) nooutput
 ceiling = STATS_max
