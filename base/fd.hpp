@@ -53,9 +53,10 @@ inline int pwrite_all(int fd, uint64_t offset, const char* data, size_t n) {
   return 0;
 }
 
-/// Makes the file `length` bytes long (ftruncate): past its end, a hole
-/// that reads as zeros and takes no room. 0, or the errno of the failure.
-inline int extend_to(int fd, uint64_t length) {
+/// Makes the file `length` bytes long (ftruncate): longer, the new part is
+/// a hole that reads as zeros and takes no room; shorter, the rest is cut
+/// off. 0, or the errno of the failure.
+inline int set_length(int fd, uint64_t length) {
   return ::ftruncate(fd, static_cast<off_t>(length)) == 0 ? 0 : errno;
 }
 

@@ -815,7 +815,7 @@ int main(int argc, char** argv) {
         std::printf("  goals: >= 0.9 of (d), >= 2x (b)\n");
       }
       if (on('f')) {
-        auto rf = median_rate(f, s.bytes), re = median_rate(e[1], s.bytes);
+        auto rf = median_rate(f, s.bytes), re = on('e') ? median_rate(e[1], s.bytes) : 0.0;
         row('f', "(f)_virsh_qemu+ssh_sparse", rf, median_cpu(f, s.bytes));
         std::printf("\n  (f) virsh qemu+ssh --sparse %7.1f MiB/s  %6.2f path CPU s/GiB\n", rf,
                     median_cpu(f, s.bytes));

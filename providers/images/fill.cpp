@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -95,22 +96,6 @@ std::optional<uint64_t> vouched_virtual_size(const std::string& text,
 static_assert(lv::default_upload_chunk >= header_window,
               "the first read must hold the whole header window");
 
-// Reads from `dl` into `buf` (`cap` bytes) until it holds the header
-// window or the source ended: the format check sees the same bytes
-// whatever pieces the mirror delivers them in.
-caf::expected<size_t> read_head(mirror::download& dl, char* buf, size_t cap) {
-  size_t have = 0;
-  while (have < header_window) {
-    auto n = dl.read(buf + have, cap - have);
-    if (!n)
-      return n.error();
-    if (*n == 0)
-      break;
-    have += *n;
-  }
-  return have;
-}
-
 // One transfer's context: what it fills, through which connection, and
 // where it reports. The steps below are its parts, in order.
 struct transfer_job {
@@ -189,16 +174,22 @@ std::optional<caf::expected<fill_result>> ready_as_is(transfer_job& job, const p
 struct resume_point {
   uint64_t offset = 0;
   std::optional<mirror::sha256> seed;
+  std::string head; // the prefix's first header_window bytes, checked in check_source
   std::optional<header_facts> header;
+  // From this byte on the data volume reads as zeros, so the upload may
+  // send the image's zeros as holes (volumes.hpp); none at or past the
+  // image's end.
+  uint64_t zeros_from = std::numeric_limits<uint64_t>::max();
 };
 
 // How far the daemon got writing a data volume from byte 0. A fresh upload
 // sends its zeros as holes, and once it sent one the file is as long as
 // the daemon got (volumes.hpp): shorter than the image, it is its length.
 // Otherwise the file has the image's length, and a sparse raw volume's
-// allocation is at most where the daemon got (at most, not exactly: the
-// zeros before it are not allocated). An image of unknown size: the
-// allocation, at most the same.
+// allocation is about where the daemon got (less by the zeros before it
+// that went as holes; the MiB below and the digest cover the file
+// system's own blocks). An image whose size the config does not give:
+// its allocation, which may be far below (the rest is sent again).
 uint64_t reached(const lv::volume_facts& data, uint64_t image_size) {
   if (image_size != 0 && data.length < image_size)
     return data.length;
@@ -228,23 +219,17 @@ caf::expected<resume_point> begin_writing(transfer_job& job, const pool_view& v)
   if (at.offset == 0)
     return at;
   at.seed.emplace();
-  std::string head;
   auto err = lv::download_volume(job.c, job.pool(), job.names.data, 0, at.offset,
                                  [&](const char* p, size_t n) {
                                    at.seed->update(p, n);
-                                   if (head.size() < header_window)
-                                     head.append(p, std::min(n, header_window - head.size()));
+                                   if (at.head.size() < header_window)
+                                     at.head.append(
+                                       p, std::min(n, header_window - at.head.size()));
                                    return caf::error{};
                                  });
   if (err) // an unreadable prefix: start over rather than trust it
     return with_context(err, "read back the first " + std::to_string(at.offset)
                                + " bytes to resume");
-  // The prefix is checked like fresh bytes: nothing more is written behind
-  // a header that fails its format.
-  auto checked = check_header(img.name, img.format, head, v.data->length);
-  if (!checked)
-    return checked.error();
-  at.header = *checked;
   return at;
 }
 
@@ -263,16 +248,50 @@ struct first_bytes {
   uint64_t total = 0; // what the source declares
 };
 
+// The data volume the upload goes into, and from where it reads as zeros.
+// Resumed: the volume is the image's length, or shorter where a sparse
+// upload was cut (begin_writing), and past its end it reads as zeros. From
+// byte 0: a volume of the image's length is written over in place, byte for
+// byte (a stopped proxy's overlay may still name the file, and under a hole
+// the old bytes would stay); any other is made anew, all zeros.
+caf::error data_volume(transfer_job& job, const pool_view& v, uint64_t total,
+                       resume_point& at) {
+  auto& img = job.img();
+  if (at.offset > 0) {
+    if (v.data->length > total || at.offset > v.data->length)
+      return make_error(ec::source_failed, "image " + img.name + ": the volume holds "
+                                             + std::to_string(v.data->length)
+                                             + " bytes, the source declares "
+                                             + std::to_string(total));
+    at.zeros_from = v.data->length;
+    return {};
+  }
+  if (v.data && v.data->length == total)
+    return {};
+  if (v.data)
+    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
+      return err;
+  auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
+  if (!vol)
+    return vol.error();
+  at.zeros_from = 0;
+  return {};
+}
+
 // The first bytes tell the total when the config does not, and, from byte
-// 0, the format: checked before anything is written (a header that names a
-// file of the host must never reach the pool, where libvirt reads it on
-// every refresh). Then the data volume is made for that total, unless the
-// one there has it.
+// 0, the format; a resumed upload's prefix is checked the same way, against
+// the image's length (not the volume's, which a cut sparse upload leaves
+// short). Both before anything is written: a header that names a file of
+// the host must never reach the pool, where libvirt reads it on every
+// refresh. Then the data volume (data_volume).
 caf::expected<first_bytes> check_source(transfer_job& job, mirror::download& dl,
                                         const pool_view& v, resume_point& at) {
   auto& img = job.img();
   first_bytes first;
-  auto n0 = read_head(dl, first.buf.get(), lv::default_upload_chunk);
+  // A whole packet (at least the header window, unless the image is
+  // smaller): the format check sees the same bytes whatever pieces the
+  // mirror delivers them in.
+  auto n0 = dl.read_full(first.buf.get(), lv::default_upload_chunk);
   if (!n0)
     return n0.error();
   first.length = *n0;
@@ -290,44 +309,28 @@ caf::expected<first_bytes> check_source(transfer_job& job, mirror::download& dl,
   if (at.offset >= total && first.length > 0)
     return make_error(ec::length_mismatch, "image " + img.name + ": more than "
                                              + std::to_string(total) + " bytes");
-  if (at.offset == 0) {
-    auto checked = check_header(
-      img.name, img.format,
-      std::string_view{first.buf.get(), std::min(first.length, header_window)}, total);
-    if (!checked)
-      return checked.error();
-    at.header = *checked;
-  }
-  if (at.offset > 0) {
-    // Resumed: the volume is the image's length, or shorter where a sparse
-    // upload was cut (begin_writing); the upload writes it to the end.
-    if (v.data->length > total || at.offset > v.data->length)
-      return make_error(ec::source_failed, "image " + img.name + ": the volume holds "
-                                             + std::to_string(v.data->length)
-                                             + " bytes, the source declares "
-                                             + std::to_string(total));
-    return first;
-  }
-  // From byte 0 always into a new volume: it reads as zeros, which is what
-  // lets the upload send the image's zeros as holes (volumes.hpp).
-  if (v.data)
-    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
-      return err;
-  auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
-  if (!vol)
-    return vol.error();
+  auto head = at.offset == 0
+                ? std::string_view{first.buf.get(), std::min(first.length, header_window)}
+                : std::string_view{at.head};
+  auto checked = check_header(img.name, img.format, head, total);
+  if (!checked)
+    return checked.error();
+  at.header = *checked;
+  if (auto err = data_volume(job, v, total, at))
+    return err;
   return first;
 }
 
-// A fresh volume (check_source) takes the image's zeros as holes; a resumed
-// one may hold anything past the resume offset, so it gets every byte.
-caf::error upload(transfer_job& job, const resume_point& at, uint64_t length,
+// Where the volume reads as zeros (data_volume), the image's zeros go as
+// holes; before that, every byte.
+caf::error upload(transfer_job& job, const resume_point& at, uint64_t total,
                   const lv::upload_source& source) {
-  if (at.offset > 0)
+  auto length = total - at.offset;
+  if (at.zeros_from >= total)
     return lv::upload_volume(job.c, job.pool(), job.names.data, at.offset, length, source);
   lv::upload_tally tally;
-  auto err = lv::upload_volume_sparse(job.c, job.pool(), job.names.data, 0, length, source,
-                                      &tally);
+  auto err = lv::upload_volume_sparse(job.c, job.pool(), job.names.data, at.offset, length,
+                                      at.zeros_from, source, &tally);
   job.at.holes = tally.holes;
   return err;
 }
@@ -362,7 +365,7 @@ caf::error stream(transfer_job& job, mirror::download& dl, first_bytes& first,
     }
     return n;
   };
-  if (auto err = upload(job, at, total - at.offset, source))
+  if (auto err = upload(job, at, total, source))
     return err;
   progress.transferring = false;
   char probe[1];

@@ -87,7 +87,8 @@ struct fill_progress {
   std::atomic<bool> staging{false};
   // Bytes this fill moved into the pool from its source, the mirror or the
   // node's copy (the fill streams, so each is read and uploaded once; a
-  // resumed prefix is not).
+  // resumed prefix is not). Zeros that went as holes count: the pool has
+  // them too.
   std::atomic<uint64_t> moved{0};
   /// Set (any thread) to give the fill up: the download ends within about
   /// 100 ms even while the mirror is silent. Killing the transports frees

@@ -115,14 +115,10 @@ bool bad_bytes(const caf::error& err) {
   return is(err, ec::digest_mismatch) || is(err, ec::length_mismatch);
 }
 
-// The download into the partial copy, from its offset to the end, with the
-// length checks that bound the stage's disk as a host's pool is bounded: a
-// declared length within the image's size or max-size, and never past it.
-// `report(bytes, total)` after each piece.
 // Writes `n` fetched bytes at the copy's end, leaving each 64 KiB block of
-// zeros unwritten: the file is extended past them instead (it is as long
-// as what was fetched, see open_partial), so a raw disk image's free space
-// takes no room on the node's disk. 0, or the errno of the failure.
+// zeros unwritten: the file is made longer past them instead (it is as
+// long as what was fetched, see open_partial), so a raw disk image's free
+// space takes no room on the node's disk. 0, or the errno of the failure.
 int store(partial_copy& p, const char* data, size_t n) {
   constexpr size_t block = size_t{64} << 10;
   for (size_t at = 0; at < n; at += block) {
@@ -131,30 +127,19 @@ int store(partial_copy& p, const char* data, size_t n) {
       if (int err = pwrite_all(p.fd.get(), p.offset + at, data + at, k))
         return err;
   }
-  return extend_to(p.fd.get(), p.offset + n);
+  return set_length(p.fd.get(), p.offset + n);
 }
 
-// Up to `cap` bytes, fewer only where the source ends: whole buffers keep
-// the blocks store() looks at aligned.
-caf::expected<size_t> read_full(mirror::download& d, char* buf, size_t cap) {
-  size_t have = 0;
-  while (have < cap) {
-    auto n = d.read(buf + have, cap - have);
-    if (!n)
-      return n.error();
-    if (*n == 0)
-      break;
-    have += *n;
-  }
-  return have;
-}
-
+// The download into the partial copy, from its offset to the end, with the
+// length checks that bound the stage's disk as a host's pool is bounded: a
+// declared length within the image's size or max-size, and never past it.
+// `report(bytes, total)` after each MiB.
 caf::error copy_stream(mirror::download& d, partial_copy& p, uint64_t limit,
                        const image_source& img,
                        const std::function<void(uint64_t, uint64_t)>& report) {
   std::vector<char> buf(1 << 20);
   for (;;) {
-    auto n = read_full(d, buf.data(), buf.size());
+    auto n = d.read_full(buf.data(), buf.size()); // whole blocks for store()
     if (!n)
       return n.error();
     if (*n == 0)

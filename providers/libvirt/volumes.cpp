@@ -1,6 +1,7 @@
 #include "providers/libvirt/volumes.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <sstream>
 #include <string_view>
@@ -100,12 +101,14 @@ private:
   virStreamPtr st_;
 };
 
-// virCheckFlags' refusal: a daemon (or a pool's backend) that does not know
-// VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM, before the stream became active.
+// How a daemon that does not know VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM
+// (libvirt before 3.4) refuses it: virCheckFlags' invalid argument, before
+// the stream became active. By its code, not its text (the daemon's locale
+// translates that). Whatever else this matches only costs a second try
+// without holes, which is always right.
 bool sparse_refused() {
   const virError* e = virGetLastError();
-  return e != nullptr && e->code == VIR_ERR_INVALID_ARG && e->message != nullptr
-         && std::string_view{e->message}.find("unsupported flags") != std::string_view::npos;
+  return e != nullptr && (e->code == VIR_ERR_INVALID_ARG || e->code == VIR_ERR_NO_SUPPORT);
 }
 
 // One upload: packets of whole chunks from the source; with holes, a chunk
@@ -113,21 +116,23 @@ bool sparse_refused() {
 // message however long) before the next data and before the finish.
 class uploader {
 public:
-  /// `sent` and `holes` (either may be null) are kept current while the
-  /// upload runs: a caller that abandons a blocked upload reads how far it got.
+  /// `sent` (may be null) is kept current while the upload runs: a caller
+  /// that abandons a blocked upload reads how far it got.
   uploader(std::string what, uint64_t length, const upload_source& read, size_t chunk,
-           uint64_t* sent, uint64_t* holes)
-    : what_(std::move(what)), length_(length), read_(read), chunk_(chunk), sent_(sent),
-      holes_sent_(holes) {
-    for (auto* p : {sent_, holes_sent_})
-      if (p != nullptr)
-        *p = 0;
+           std::atomic<uint64_t>* sent)
+    : what_(std::move(what)), length_(length), read_(read), chunk_(chunk), sent_(sent) {
+    if (sent_ != nullptr)
+      *sent_ = 0;
   }
 
-  caf::error run(connection& c, virStorageVolPtr vol, uint64_t offset, bool holes) {
+  /// With `holes`, the volume reads as zeros from `zeros_from` bytes past
+  /// `offset` on: a packet of zeros that starts there or later joins a hole.
+  caf::error run(connection& c, virStorageVolPtr vol, uint64_t offset, bool holes,
+                 uint64_t zeros_from = 0) {
     if (auto err = check())
       return err;
     holes_ = holes;
+    zeros_from_ = zeros_from;
     auto st = open(c, vol, offset);
     if (!st)
       return std::move(st.error());
@@ -190,7 +195,7 @@ private:
       if (!have)
         return std::move(have.error());
       if (*have > 0) {
-        if (holes_ && all_zero(buf_.get(), *have))
+        if (holes_ && done_ + hole_ >= zeros_from_ && all_zero(buf_.get(), *have))
           hole_ += *have;
         else if (auto err = send(st, *have))
           return err;
@@ -261,29 +266,35 @@ private:
     done_ += n;
     if (sent_ != nullptr)
       *sent_ = done_;
-    if (hole && holes_sent_ != nullptr)
-      *holes_sent_ += n;
+    if (hole)
+      holes_sent_ += n;
   }
+
+public:
+  upload_tally tally() const { return {done_, holes_sent_}; }
+
+private:
 
   std::string what_;
   uint64_t length_;
   const upload_source& read_;
   size_t chunk_;
-  uint64_t* sent_;
-  uint64_t* holes_sent_;
+  std::atomic<uint64_t>* sent_;
   std::unique_ptr<char[]> buf_;
   bool holes_ = false;
-  uint64_t done_ = 0; // bytes the stream took, holes included
-  uint64_t hole_ = 0; // zeros read but not yet sent as a hole
+  uint64_t zeros_from_ = 0;  // from here on (past the offset) holes may go
+  uint64_t done_ = 0;        // bytes the stream took, holes included
+  uint64_t hole_ = 0;        // zeros read but not yet sent as a hole
+  uint64_t holes_sent_ = 0;  // of done_, the bytes that went as holes
 };
 
 caf::error upload(connection& c, virStorageVolPtr vol, const std::string& what,
                   uint64_t offset, uint64_t length, const upload_source& read,
-                  size_t chunk, uint64_t* sent, uint64_t* holes_sent, bool holes) {
-  uploader up{what, length, read, chunk, sent, holes_sent};
+                  size_t chunk, std::atomic<uint64_t>* sent) {
+  uploader up{what, length, read, chunk, sent};
   if (vol == nullptr)
     return make_error(ec::invalid_argument, what + ": no volume given");
-  return up.run(c, vol, offset, holes);
+  return up.run(c, vol, offset, false);
 }
 
 } // namespace
@@ -354,36 +365,39 @@ caf::expected<std::vector<std::string>> list_volumes(connection& c, const std::s
 
 caf::error upload_volume(connection& c, virStorageVolPtr vol, uint64_t offset,
                          uint64_t length, const upload_source& read, size_t chunk,
-                         uint64_t* sent) {
+                         std::atomic<uint64_t>* sent) {
   const char* name = vol != nullptr ? virStorageVolGetName(vol) : nullptr;
   return upload(c, vol, std::string{"upload "} + (name != nullptr ? name : "volume"), offset,
-                length, read, chunk, sent, nullptr, false);
+                length, read, chunk, sent);
 }
 
 caf::error upload_volume(connection& c, const std::string& pool, const std::string& name,
                          uint64_t offset, uint64_t length, const upload_source& read,
-                         size_t chunk, uint64_t* sent) {
+                         size_t chunk, std::atomic<uint64_t>* sent) {
   if (sent != nullptr)
     *sent = 0;
   auto what = "upload " + pool + "/" + name;
   auto vol = lookup_volume(c, pool, name, what);
   if (!vol)
     return vol.error();
-  return upload(c, vol->get(), what, offset, length, read, chunk, sent, nullptr, false);
+  return upload(c, vol->get(), what, offset, length, read, chunk, sent);
 }
 
 caf::error upload_volume_sparse(connection& c, const std::string& pool,
                                 const std::string& name, uint64_t offset, uint64_t length,
-                                const upload_source& read, upload_tally* tally) {
+                                uint64_t zeros_from, const upload_source& read,
+                                upload_tally* tally) {
   if (tally != nullptr)
     *tally = {};
   auto what = "upload " + pool + "/" + name;
   auto vol = lookup_volume(c, pool, name, what);
   if (!vol)
     return vol.error();
-  return upload(c, vol->get(), what, offset, length, read, default_upload_chunk,
-                tally != nullptr ? &tally->sent : nullptr,
-                tally != nullptr ? &tally->holes : nullptr, true);
+  uploader up{what, length, read, default_upload_chunk, nullptr};
+  auto err = up.run(c, vol->get(), offset, true, zeros_from > offset ? zeros_from - offset : 0);
+  if (tally != nullptr)
+    *tally = up.tally();
+  return err;
 }
 
 caf::expected<std::optional<volume_facts>> volume_info(connection& c, const std::string& pool,
@@ -444,8 +458,6 @@ namespace {
 caf::expected<uint64_t> receive(connection& c, const std::string& pool, const std::string& name,
                                 uint64_t offset, uint64_t length, const download_sink& sink,
                                 bool stop_at_hole, const std::string& what) {
-  if (auto err = check_names(pool, name))
-    return err;
   if (length == 0 || !sink)
     return make_error(ec::invalid_argument, what + ": no length or no sink given");
   auto vol = lookup_volume(c, pool, name, what);

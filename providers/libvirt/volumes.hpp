@@ -3,6 +3,7 @@
 // blocking (an upload moves the whole image before it returns): called only
 // from detached call actors, never on a scheduler thread.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -81,18 +82,22 @@ inline constexpr size_t max_upload_chunk = size_t{8} << 20;
 /// upload leaves the volume in place with partial content: the caller
 /// decides whether to delete it.
 ///
-/// If `sent` is given it receives the bytes libvirt accepted (on success:
-/// the whole upload; on failure: up to where it stopped).
+/// If `sent` is given it holds the bytes libvirt accepted, kept current
+/// while the upload runs (a caller that abandoned a blocked upload reads
+/// how far it got): on success the whole upload, on failure up to where it
+/// stopped.
 caf::error upload_volume(connection& c, virStorageVolPtr vol, uint64_t offset,
                          uint64_t length, const upload_source& read,
-                         size_t chunk = default_upload_chunk, uint64_t* sent = nullptr);
+                         size_t chunk = default_upload_chunk,
+                         std::atomic<uint64_t>* sent = nullptr);
 
 /// The same, looking the volume up first: ec::no_pool / ec::no_volume if
 /// either is missing.
 caf::error upload_volume(connection& c, const std::string& pool,
                          const std::string& name, uint64_t offset, uint64_t length,
                          const upload_source& read,
-                         size_t chunk = default_upload_chunk, uint64_t* sent = nullptr);
+                         size_t chunk = default_upload_chunk,
+                         std::atomic<uint64_t>* sent = nullptr);
 
 /// What an upload gave the volume: `sent` bytes from its offset, holes
 /// included, `holes` of them as holes.
@@ -101,23 +106,27 @@ struct upload_tally {
   uint64_t holes = 0;
 };
 
-/// upload_volume (pool and name, default chunk) for a volume that reads as
-/// zeros from `offset` on, such as one created for this upload: a packet of
-/// the source that is all zeros is not sent but becomes part of a hole
-/// (VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM, one message however long), so a
-/// raw disk image moves only its data and stays sparse on the host. A
-/// daemon that refuses the flag (libvirt before 3.4) gets every byte, as
-/// upload_volume sends them.
+/// upload_volume (pool and name, default chunk) into a volume that reads as
+/// zeros from byte `zeros_from` on (such as one created for this upload,
+/// `zeros_from` 0, or one shorter than the upload's end, its length): a
+/// packet of the source that is all zeros and starts there or later is not
+/// sent but becomes part of a hole (VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM,
+/// one message however long), so a raw disk image moves only its data and
+/// stays sparse on the host. A daemon that refuses the flag (libvirt before
+/// 3.4) gets every byte, as upload_volume sends them. `tally`, if given, is
+/// filled when it returns.
 ///
 /// Only into zeros: libvirtd makes a hole in a file with lseek and
 /// ftruncate at the hole's end (virfdstream.c), so the bytes the hole skips
 /// keep what the file held there, everything past the hole's end is cut
 /// off, and while the upload runs the file is as long as the daemon got
 /// (once a hole was sent). That is also why several streams into one
-/// volume (ranged_upload.hpp) never send holes.
+/// volume (ranged_upload.hpp) never send holes
+/// (docs/notes/transport.md#holes).
 caf::error upload_volume_sparse(connection& c, const std::string& pool,
                                 const std::string& name, uint64_t offset, uint64_t length,
-                                const upload_source& read, upload_tally* tally = nullptr);
+                                uint64_t zeros_from, const upload_source& read,
+                                upload_tally* tally = nullptr);
 
 /// What libvirt reports of a volume (virStorageVolGetInfo, the same with
 /// VIR_STORAGE_VOL_GET_PHYSICAL, and GetPath).

@@ -664,6 +664,19 @@ caf::expected<size_t> download::read(char* buf, size_t cap) {
   return r;
 }
 
+caf::expected<size_t> download::read_full(char* buf, size_t cap) {
+  size_t have = 0;
+  while (have < cap) {
+    auto n = read(buf + have, cap - have);
+    if (!n)
+      return n.error();
+    if (*n == 0)
+      break;
+    have += *n;
+  }
+  return have;
+}
+
 uint64_t download::received() const {
   return p_->received;
 }

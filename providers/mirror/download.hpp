@@ -108,6 +108,10 @@ public:
   /// end every later read() returns 0 again. cap 0 is invalid_argument.
   caf::expected<size_t> read(char* buf, size_t cap);
 
+  /// read() until `cap` bytes or the end: fewer only where the image ends
+  /// (whole buffers keep blocks aligned for whoever cuts them up).
+  caf::expected<size_t> read_full(char* buf, size_t cap);
+
   /// Bytes delivered by read() so far (this transfer, from the offset on).
   uint64_t received() const;
   /// The whole image's length if known: configured, or declared by the

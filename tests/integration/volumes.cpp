@@ -231,12 +231,12 @@ struct fixture : root_gate, test::engine_fixture {
   caf::error upload(path& p, const std::string& name, uint64_t offset, uint64_t length,
                     lv::upload_source src, size_t chunk, uint64_t* sent = nullptr,
                     const std::string& pool = pool_name) {
-    auto n = std::make_shared<uint64_t>(0);
+    auto n = std::make_shared<std::atomic<uint64_t>>(0);
     auto err = p.run([=](lv::connection& c) {
       return lv::upload_volume(c, pool, name, offset, length, src, chunk, n.get());
     });
     if (sent != nullptr)
-      *sent = *n;
+      *sent = n->load();
     return err;
   }
 
@@ -296,7 +296,7 @@ void source_failure(fixture& f, path& p, const std::string& vol) {
   src.data = data;
   src.fail_at = 3 * mib;
   src.fail_with = source_error();
-  uint64_t sent = 0;
+  std::atomic<uint64_t> sent{0};
   std::atomic<int64_t> returned_ns{0};
   auto err = p.run([&](lv::connection& c) {
     auto e = lv::upload_volume(c, pool_name, vol, 0, data->size(), src,
@@ -312,7 +312,7 @@ void source_failure(fixture& f, path& p, const std::string& vol) {
   // Exactly the source's error: same code, same text.
   BOOST_CHECK(err == source_error());
   BOOST_CHECK_EQUAL(render(err), render(source_error()));
-  BOOST_CHECK_EQUAL(sent, 3 * mib);
+  BOOST_CHECK_EQUAL(sent.load(), 3 * mib);
   BOOST_CHECK(took < 2s); // one abort round trip
   // Nothing leaked: threads and fds come back to the baseline.
   resources after;
@@ -573,9 +573,10 @@ BOOST_AUTO_TEST_CASE(arguments_formats_offsets_and_short_sources) {
     BOOST_REQUIRE(vol);
     memory_source s;
     s.data = data;
-    auto err = lv::upload_volume(c, vol->get(), mib, mib, s, lv::min_upload_chunk, &sent);
+    std::atomic<uint64_t> at_offset{0};
+    auto err = lv::upload_volume(c, vol->get(), mib, mib, s, lv::min_upload_chunk, &at_offset);
     BOOST_CHECK_MESSAGE(!err, render(err));
-    BOOST_CHECK_EQUAL(sent, mib);
+    BOOST_CHECK_EQUAL(at_offset.load(), mib);
     auto disk = testbed::read_file(d.file_of("offset"));
     BOOST_REQUIRE_EQUAL(disk.size(), 4 * mib);
     BOOST_CHECK(disk.substr(0, mib) == std::string(mib, '\0'));
