@@ -3,7 +3,7 @@
 //
 //   bench-fleet [--hosts H (1..8, default 8)] [--rounds R (default 2)]
 //               [--disk-mib M (default 128; 0: none)] [--timeout S (per run, default 300)]
-//               [--stage]
+//               [--stage] [--disk-files F]
 //                                                       (root; exit 77 otherwise)
 //
 // Test bed: H test::local_host (each a private libvirtd with the QEMU driver
@@ -37,6 +37,12 @@
 // rotation, and the guest's own boot time (uptime at its READY line); then
 // the medians, and engine / script for "all forwarding". Figures only.
 //
+// --disk-files F: the disk image holds an ext4 file system with F MiB of
+// random files (mke2fs -d), zeros elsewhere, as a real proxy disk would:
+// the engine sends its zeros as holes (docs/spec.md 45) and the script
+// uploads it with `vol-upload --sparse` (the file is sparse as mke2fs left
+// it), the best a script does with it.
+//
 // --stage: each round runs the engine a second time, cold again, with
 // engine.stage-dir (an empty directory): the appliance and the disk image
 // are fetched and verified once for the node and uploaded from there to
@@ -68,6 +74,7 @@
 #include "providers/mirror/sha256.hpp"
 #include "providers/provision/proxy_vm.hpp"
 #include "runtime/engine.hpp"
+#include "testbed/disk_images.hpp"
 #include "testbed/local_host.hpp"
 #include "testbed/testbed.hpp"
 
@@ -93,13 +100,15 @@ struct options {
   int rounds = 2;
   int timeout_s = 300;
   int disk_mib = 128;
-  bool stage = false; // also the engine with engine.stage-dir
+  int disk_files_mib = 0; // > 0: the disk image is a file system with this much data
+  bool stage = false;     // also the engine with engine.stage-dir
 };
 
 /// The proxies' raw disk image, served over HTTP like the appliance.
 struct disk_image {
   std::string dir, file, sha256;
   uint64_t size = 0;
+  bool sparse = false; // a file system: uploaded by the script with --sparse
 };
 
 std::string sha256_of_file(const std::string& path) {
@@ -109,8 +118,27 @@ std::string sha256_of_file(const std::string& path) {
   return h.hex();
 }
 
-disk_image make_disk(const std::string& dir, int mib) {
-  disk_image d{dir, dir + "/data.raw", {}, uint64_t(mib) << 20};
+// An ext4 file system with `files_mib` MiB of random files in 16 MiB files.
+void make_file_system(const disk_image& d, int files_mib) {
+  testbed::temp_dir root{"fleet-disk-root"};
+  for (int done = 0, k = 0; done < files_mib; done += 16, ++k) {
+    auto filled = testbed::run({"dd", "if=/dev/urandom", "of=" + root / ("f" + std::to_string(k)),
+                                "bs=1M", "count=" + std::to_string(std::min(16, files_mib - done)),
+                                "status=none"},
+                               120s);
+    if (!filled.ok())
+      throw std::runtime_error("dd: " + filled.output);
+  }
+  test::make_ext4_file(d.file, d.size, root.path());
+}
+
+disk_image make_disk(const std::string& dir, int mib, int files_mib) {
+  disk_image d{dir, dir + "/data.raw", {}, uint64_t(mib) << 20, files_mib > 0};
+  if (d.sparse) {
+    make_file_system(d, files_mib);
+    d.sha256 = sha256_of_file(d.file);
+    return d;
+  }
   auto made = testbed::run({"qemu-img", "create", "-q", "-f", "raw", d.file,
                             std::to_string(mib) + "M"},
                            60s);
@@ -376,10 +404,10 @@ private:
     };
     auto pool_dir = h.pool_dir();
     auto kernel = "k-" + t.proxy, initrd = "i-" + t.proxy;
-    auto upload = [&](const std::string& vol, const std::string& file) {
+    auto upload = [&](const std::string& vol, const std::string& file, bool sparse = false) {
       auto size = std::to_string(std::filesystem::file_size(file));
       return "vol-create-as egress " + vol + " " + size + " --format raw; vol-upload --pool egress "
-             + vol + " " + file + "; ";
+             + vol + " " + file + (sparse ? " --sparse" : "") + "; ";
     };
     auto cfg = config({&h}, {{t.proxy, h.name()}});
     auto& spec = cfg.proxies.front();
@@ -392,7 +420,7 @@ private:
     auto script = upload(kernel, app_.dir + "/vmlinux") + upload(initrd, app_.dir + "/initrd.gz");
     if (disk_) {
       auto base = "d-" + t.proxy, overlay = "o-" + t.proxy;
-      script += upload(base, disk_->file) + "vol-create-as egress " + overlay + " "
+      script += upload(base, disk_->file, disk_->sparse) + "vol-create-as egress " + overlay + " "
                 + std::to_string(disk_->size) + " --format qcow2 --backing-vol " + base
                 + " --backing-vol-format raw; ";
       ds.disk = pool_dir + "/" + overlay;
@@ -491,6 +519,8 @@ int main(int argc, char** argv) {
       o.rounds = parse_int("--rounds", next, 1, 20);
     else if (a == "--disk-mib")
       o.disk_mib = parse_int("--disk-mib", next, 0, 4096);
+    else if (a == "--disk-files")
+      o.disk_files_mib = parse_int("--disk-files", next, 1, 4096);
     else if (a == "--timeout")
       o.timeout_s = parse_int("--timeout", next, 30, 1800);
     else if (a == "--stage") {
@@ -498,10 +528,15 @@ int main(int argc, char** argv) {
       continue;
     } else {
       std::fprintf(stderr, "usage: bench-fleet [--hosts H (1..8)] [--rounds R] [--disk-mib M]"
-                           " [--timeout S] [--stage]\n");
+                           " [--timeout S] [--stage] [--disk-files F]\n");
       return 2;
     }
     ++i;
+  }
+  if (o.disk_files_mib > 0 && o.disk_files_mib + 16 > o.disk_mib) {
+    std::fprintf(stderr, "bench-fleet: --disk-files takes at most --disk-mib less 16 (the file"
+                         " system's own blocks)\n");
+    return 2;
   }
   testbed::require_root_or_skip();
   if (auto why = test::local_host::cannot_run(); !why.empty())
@@ -524,7 +559,7 @@ int main(int argc, char** argv) {
     std::optional<disk_image> disk;
     std::optional<test::file_mirror> disk_mirror;
     if (o.disk_mib > 0) {
-      disk = make_disk(disk_dir.path(), o.disk_mib);
+      disk = make_disk(disk_dir.path(), o.disk_mib, o.disk_files_mib);
       disk_mirror.emplace(disk_dir.path());
     }
     caf::actor_system_config cfg;
@@ -534,9 +569,12 @@ int main(int argc, char** argv) {
     fleet_bench b{o, hosts, app, mirror, sys, disk ? &*disk : nullptr,
                   disk_mirror ? &*disk_mirror : nullptr};
     std::printf("bench-fleet: a cold fleet of %d hosts, one appliance VM each (1 vCPU, 128 MiB,"
-                " QEMU/TCG; kernel %.1f MiB, initrd %.1f MiB, raw disk image %d MiB per host);"
+                " QEMU/TCG; kernel %.1f MiB, initrd %.1f MiB, raw disk image %d MiB per host%s);"
                 " %ld cores; setup %.1f s\n",
                 o.hosts, app.kernel_size / 1048576.0, app.initrd_size / 1048576.0, o.disk_mib,
+                o.disk_files_mib > 0
+                  ? (", ext4 with " + std::to_string(o.disk_files_mib) + " MiB of files").c_str()
+                  : "",
                 ::sysconf(_SC_NPROCESSORS_ONLN), since(t_setup));
     figures csv{"round", "run", "host", "link_up_s", "images_s", "started_s", "address_s",
                 "forwarding_s", "rotation_s", "guest_boot_s"};
