@@ -129,6 +129,15 @@ struct fixture {
     return out;
   }
 
+  /// request() through the node's copy in `dir` (engine.stage-dir).
+  images::fill_request staged_request(const testbed::temp_dir& dir) {
+    auto stage = images::image_stage::open(dir.path(), "alpha");
+    BOOST_REQUIRE_MESSAGE(stage, (stage ? std::string{} : render(stage.error())));
+    auto r = request();
+    r.stage = *stage;
+    return r;
+  }
+
   caf::expected<images::fill_result> fill(const images::fill_request& r,
                                           images::fill_progress* p = nullptr) {
     images::fill_progress local;
@@ -602,11 +611,7 @@ BOOST_AUTO_TEST_CASE(spec_44_a_pool_that_holds_the_image_asks_for_no_copy) {
   testbed::temp_dir dir{"stage"};
   BOOST_REQUIRE(fill(request()));
   auto before = http.requests();
-  auto stage = images::image_stage::open(dir.path(), "alpha");
-  BOOST_REQUIRE(stage);
-  auto req = request();
-  req.stage = *stage;
-  auto r = fill(req);
+  auto r = fill(staged_request(dir));
   BOOST_REQUIRE_MESSAGE(r, show(r));
   BOOST_CHECK(!r->transferred);
   BOOST_CHECK_EQUAL(http.requests(), before);
@@ -618,10 +623,7 @@ BOOST_AUTO_TEST_CASE(spec_44_a_pool_that_holds_the_image_asks_for_no_copy) {
 // byte leaves neither the copy nor anything in the pool.
 BOOST_AUTO_TEST_CASE(spec_44_a_cut_copy_resumes_and_a_corrupt_one_is_not_kept) {
   testbed::temp_dir dir{"stage"};
-  auto stage = images::image_stage::open(dir.path(), "alpha");
-  BOOST_REQUIRE(stage);
-  auto req = request();
-  req.stage = *stage;
+  auto req = staged_request(dir);
   auto copy = dir.path() + "/" + names().data;
   http.set({.truncate_after = 5 * mib});
   auto cut = fill(req);
@@ -641,7 +643,7 @@ BOOST_AUTO_TEST_CASE(spec_44_a_cut_copy_resumes_and_a_corrupt_one_is_not_kept) {
 
   auto other = request();
   other.image.name = "other";
-  other.stage = *stage;
+  other.stage = req.stage;
   http.set({.corrupt_at = 3 * mib});
   auto bad = fill(other);
   BOOST_REQUIRE(!bad);
@@ -885,6 +887,37 @@ uint64_t allocated_bytes(const std::string& path) {
 struct ext4_fixture : fixture {
   ext4_fixture() : fixture(real_ext4(), "raw") {}
   std::string data_path() const { return pool_dir + "/" + names().data; }
+
+  struct resumed {
+    uint64_t cut_length = 0; // the data volume's length after the cut
+    images::fill_result result;
+  };
+
+  // A fill of `r` whose mirror cuts its answer after `cut` bytes (past the
+  // first hole: the volume is left short), then one that completes: it
+  // resumes, not from byte 0 and not past the cut, and ends with the image
+  // and its virtual size.
+  resumed cut_then_resume(const images::fill_request& r, uint64_t cut) {
+    http.set({.truncate_after = cut});
+    auto first = fill(r);
+    BOOST_REQUIRE(!first);
+    BOOST_CHECK(kind_of(first.error()) == error_kind::transient);
+    resumed out;
+    out.cut_length = std::filesystem::file_size(data_path());
+    BOOST_CHECK_LT(out.cut_length, image.size());
+    BOOST_CHECK(exists(names().partial));
+    http.set({});
+    http.clear_log();
+    auto again = fill(r);
+    BOOST_REQUIRE_MESSAGE(again, show(again));
+    BOOST_TEST_MESSAGE("cut at " << cut << ", resumed at " << again->resumed_from);
+    BOOST_CHECK_GT(again->resumed_from, 0u);
+    BOOST_CHECK_LE(again->resumed_from, cut);
+    BOOST_CHECK_EQUAL(again->virtual_size, image.size());
+    BOOST_CHECK(testbed::read_file(data_path()) == image);
+    out.result = *again;
+    return out;
+  }
 };
 
 } // namespace
@@ -916,28 +949,12 @@ BOOST_AUTO_TEST_CASE(spec_45_a_sparse_upload_cut_after_a_hole_resumes_where_it_g
   BOOST_REQUIRE(data_after_hole > 0);
   auto cut = data_after_hole + 3 * mib + 100;
   BOOST_REQUIRE_LT(cut, image.size() - 4 * mib);
-  http.set({.truncate_after = cut});
-  auto r = fill(request());
-  BOOST_REQUIRE(!r);
-  BOOST_CHECK(kind_of(r.error()) == error_kind::transient);
-  auto cut_length = std::filesystem::file_size(data_path());
-  BOOST_CHECK_LT(cut_length, image.size());
-  BOOST_CHECK(exists(names().partial));
-
-  http.set({});
-  http.clear_log();
-  auto again = fill(request());
-  BOOST_REQUIRE_MESSAGE(again, show(again));
-  BOOST_TEST_MESSAGE("cut at " << cut << ", resumed at " << again->resumed_from);
-  BOOST_CHECK_GT(again->resumed_from, 0u);
-  BOOST_CHECK_LE(again->resumed_from, cut);
-  BOOST_CHECK_EQUAL(again->virtual_size, image.size());
-  BOOST_CHECK_EQUAL(again->holes, zeros_in_packets(image, cut_length));
-  BOOST_CHECK_GT(again->holes, 0u);
+  auto [cut_length, again] = cut_then_resume(request(), cut);
+  BOOST_CHECK_EQUAL(again.holes, zeros_in_packets(image, cut_length));
+  BOOST_CHECK_GT(again.holes, 0u);
   auto log = http.log();
   BOOST_REQUIRE(!log.empty());
-  BOOST_CHECK_EQUAL(log.back().range, "bytes=" + std::to_string(again->resumed_from) + "-");
-  BOOST_CHECK(testbed::read_file(data_path()) == image);
+  BOOST_CHECK_EQUAL(log.back().range, "bytes=" + std::to_string(again.resumed_from) + "-");
   BOOST_CHECK(exists(names().marker) && !exists(names().partial));
 }
 
@@ -945,24 +962,12 @@ BOOST_AUTO_TEST_CASE(spec_45_a_sparse_upload_cut_after_a_hole_resumes_where_it_g
 // length before the source answers, so it resumes lower, at what the short
 // volume holds allocated, and still ends verified with the image's size.
 BOOST_AUTO_TEST_CASE(spec_45_an_unsized_image_cut_after_a_hole_resumes_lower_and_verifies) {
-  auto cut = end_of_first_hole(image) + 3 * mib + 100;
-  auto unsized = [&] {
-    auto r = request();
-    r.image.size = 0;
-    r.image.max_size = 64 * mib;
-    return r;
-  };
-  http.set({.truncate_after = cut});
-  BOOST_REQUIRE(!fill(unsized()));
-  BOOST_CHECK_LT(std::filesystem::file_size(data_path()), image.size());
-  http.set({});
-  auto again = fill(unsized());
-  BOOST_REQUIRE_MESSAGE(again, show(again));
-  BOOST_TEST_MESSAGE("cut at " << cut << ", resumed at " << again->resumed_from);
-  BOOST_CHECK_GT(again->resumed_from, 0u);
-  BOOST_CHECK_LE(again->resumed_from, cut);
-  BOOST_CHECK_EQUAL(again->virtual_size, image.size());
-  BOOST_CHECK(testbed::read_file(data_path()) == image);
+  auto unsized = request();
+  unsized.image.size = 0;
+  unsized.image.max_size = 64 * mib;
+  auto [cut_length, again] = cut_then_resume(unsized, end_of_first_hole(image) + 3 * mib + 100);
+  // Resumed at the allocation, below the file's length.
+  BOOST_CHECK_LT(again.resumed_from, cut_length);
 }
 
 // A hole skips bytes without writing them: a data volume of the image's
@@ -983,11 +988,7 @@ BOOST_AUTO_TEST_CASE(spec_45_an_upload_from_byte_0_never_leaves_old_bytes_under_
 // the node's disk.
 BOOST_AUTO_TEST_CASE(spec_45_the_node_copy_of_a_raw_disk_is_sparse) {
   testbed::temp_dir dir{"stage"};
-  auto stage = images::image_stage::open(dir.path(), "alpha");
-  BOOST_REQUIRE(stage);
-  auto req = request();
-  req.stage = *stage;
-  auto r = fill(req);
+  auto r = fill(staged_request(dir));
   BOOST_REQUIRE_MESSAGE(r, show(r));
   auto zeros = zeros_in_packets(image);
   BOOST_CHECK_EQUAL(r->holes, zeros);
