@@ -150,6 +150,9 @@ public:
     return {};
   }
 
+  /// What the stream took so far (all of it once run returned success).
+  upload_tally tally() const { return {done_, holes_sent_}; }
+
 private:
   caf::error check() const {
     if (!read_)
@@ -269,11 +272,6 @@ private:
     if (hole)
       holes_sent_ += n;
   }
-
-public:
-  upload_tally tally() const { return {done_, holes_sent_}; }
-
-private:
 
   std::string what_;
   uint64_t length_;
