@@ -48,7 +48,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -141,20 +140,6 @@ void write_random_file(const std::string& path, uint64_t mibs) {
   ::close(fd);
 }
 
-// A raw disk image of `mibs` MiB holding an ext4 file system with
-// `data_mibs` MiB of random files (mke2fs -d): a provider's raw image, whose
-// free blocks are zeros (and holes in the file mke2fs leaves).
-void write_disk_image(const std::string& path, uint64_t mibs, uint64_t data_mibs,
-                      const testbed::temp_dir& tmp) {
-  auto root = tmp / "root";
-  std::filesystem::create_directory(root);
-  const uint64_t file_mibs = 64;
-  for (uint64_t done = 0, k = 0; done < data_mibs; done += file_mibs, ++k)
-    write_random_file(root + "/file" + std::to_string(k), std::min(file_mibs, data_mibs - done));
-  test::make_ext4_file(path, mibs * mib, root);
-  std::filesystem::remove_all(root);
-}
-
 std::string file_sha256(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -237,7 +222,7 @@ struct setup {
 
   /// With `same_image`: another host for that setup's image (no file of its
   /// own). `disk_data_mibs` > 0: a raw disk image with that much file data
-  /// (write_disk_image) instead of random bytes.
+  /// (test::make_ext4_file) instead of random bytes.
   explicit setup(uint64_t mibs, const setup* same_image = nullptr, uint64_t disk_data_mibs = 0)
     : lv(lv_options()), ssh(ssh_options()) {
     bytes = mibs * mib;
@@ -247,7 +232,7 @@ struct setup {
     } else {
       image = tmp / "image.raw";
       if (disk_data_mibs > 0)
-        write_disk_image(image, mibs, disk_data_mibs, tmp);
+        test::make_ext4_file(image, mibs * mib, disk_data_mibs);
       else
         write_random_file(image, mibs);
       sha256 = file_sha256(image);

@@ -1,8 +1,10 @@
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
 #include "testbed/disk_images.hpp"
+#include "testbed/test_data.hpp"
 #include "testbed/testbed.hpp"
 
 namespace egress::test {
@@ -85,11 +87,17 @@ qcow2_image make_qcow2(const std::string& raw, const qcow2_options& opts) {
   return {testbed::read_file(out), qcow2_virtual_size(out)};
 }
 
-void make_ext4_file(const std::string& out, uint64_t size, const std::string& root) {
+namespace {
+
+// mke2fs -d: `out` (made `size` bytes long) becomes an ext4 file system
+// holding the directory `root`.
+void mke2fs_from(const std::string& out, uint64_t size, const std::string& root) {
   testbed::run_checked({"truncate", "-s", std::to_string(size), out});
   testbed::run_checked({"/usr/sbin/mke2fs", "-q", "-F", "-t", "ext4", "-d", root, out},
                        std::chrono::seconds(600));
 }
+
+} // namespace
 
 std::string make_ext4(uint64_t size, const std::vector<std::pair<std::string, std::string>>& files) {
   testbed::temp_dir dir{"ext4"};
@@ -97,8 +105,17 @@ std::string make_ext4(uint64_t size, const std::vector<std::pair<std::string, st
   std::filesystem::create_directory(root);
   for (auto& [name, content] : files)
     testbed::write_file(root + "/" + name, content);
-  make_ext4_file(dir / "disk.raw", size, root);
+  mke2fs_from(dir / "disk.raw", size, root);
   return testbed::read_file(dir / "disk.raw");
+}
+
+void make_ext4_file(const std::string& out, uint64_t size, uint64_t data_mib) {
+  testbed::temp_dir root{"ext4-root"};
+  const uint64_t file_mib = 16;
+  for (uint64_t done = 0, k = 0; done < data_mib; done += file_mib, ++k)
+    testbed::write_file(root / ("f" + std::to_string(k)),
+                        pattern(std::min(file_mib, data_mib - done) << 20, k + 1));
+  mke2fs_from(out, size, root.path());
 }
 
 } // namespace egress::test

@@ -51,9 +51,10 @@ qcow2_image make_qcow2(const std::string& raw, const qcow2_options& opts = {});
 std::string make_ext4(uint64_t size,
                       const std::vector<std::pair<std::string, std::string>>& files);
 
-/// The same into the file `out` (sparse, as mke2fs leaves it), with the
-/// contents of the directory `root`: for images too large to hold in memory.
-void make_ext4_file(const std::string& out, uint64_t size, const std::string& root);
+/// The same into the file `out` (sparse, as mke2fs leaves it), holding
+/// `data_mib` MiB of pseudo-random files (16 MiB each): a provider's raw
+/// image too large to hold in memory, for the benchmarks.
+void make_ext4_file(const std::string& out, uint64_t size, uint64_t data_mib);
 
 /// `qemu-img info -U --output=json`'s "virtual-size" of `path` (also while a
 /// QEMU has it open).

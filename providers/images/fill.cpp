@@ -248,12 +248,27 @@ struct first_bytes {
   uint64_t total = 0; // what the source declares
 };
 
+// A data volume of `total` bytes for an upload from byte 0: one of that
+// length is kept and written over in place (a stopped proxy's overlay may
+// still name the file), any other is made anew. True if made anew: it
+// reads as zeros.
+caf::expected<bool> whole_data_volume(transfer_job& job, const pool_view& v, uint64_t total) {
+  if (v.data && v.data->length == total)
+    return false;
+  if (v.data)
+    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
+      return err;
+  auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
+  if (!vol)
+    return vol.error();
+  return true;
+}
+
 // The data volume the upload goes into, and from where it reads as zeros.
 // Resumed: the volume is the image's length, or shorter where a sparse
 // upload was cut (begin_writing), and past its end it reads as zeros. From
-// byte 0: a volume of the image's length is written over in place, byte for
-// byte (a stopped proxy's overlay may still name the file, and under a hole
-// the old bytes would stay); any other is made anew, all zeros.
+// byte 0: whole_data_volume; under a hole the old bytes of a volume kept
+// would stay, so only a new one takes holes.
 caf::error data_volume(transfer_job& job, const pool_view& v, uint64_t total,
                        resume_point& at) {
   auto& img = job.img();
@@ -266,15 +281,11 @@ caf::error data_volume(transfer_job& job, const pool_view& v, uint64_t total,
     at.zeros_from = v.data->length;
     return {};
   }
-  if (v.data && v.data->length == total)
-    return {};
-  if (v.data)
-    if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
-      return err;
-  auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
-  if (!vol)
-    return vol.error();
-  at.zeros_from = 0;
+  auto made = whole_data_volume(job, v, total);
+  if (!made)
+    return made.error();
+  if (*made)
+    at.zeros_from = 0;
   return {};
 }
 
@@ -463,12 +474,8 @@ caf::error prepare_fresh(transfer_job& job, const pool_view& v, uint64_t total,
                              "partial; being written: " + marker_text(img, total, 0)
                                + plan_line(plan)))
     return err;
-  if (v.data && v.data->length == total)
-    return {};
-  if (auto err = lv::delete_volume(job.c, job.pool(), job.names.data))
-    return err;
-  auto vol = lv::create_volume(job.c, job.pool(), job.names.data, total, "raw");
-  return vol ? caf::error{} : vol.error();
+  auto made = whole_data_volume(job, v, total);
+  return made ? caf::error{} : made.error();
 }
 
 // 2-4 in ranges over several sessions at once (ranged_upload.hpp): nullopt

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -125,13 +126,13 @@ public:
       *sent_ = 0;
   }
 
-  /// With `holes`, the volume reads as zeros from `zeros_from` bytes past
-  /// `offset` on: a packet of zeros that starts there or later joins a hole.
-  caf::error run(connection& c, virStorageVolPtr vol, uint64_t offset, bool holes,
-                 uint64_t zeros_from = 0) {
+  /// With `zeros_from`, the volume reads as zeros from that many bytes
+  /// past `offset` on: a packet of zeros that starts there or later joins
+  /// a hole. Without it, every byte is sent.
+  caf::error run(connection& c, virStorageVolPtr vol, uint64_t offset,
+                 std::optional<uint64_t> zeros_from = std::nullopt) {
     if (auto err = check())
       return err;
-    holes_ = holes;
     zeros_from_ = zeros_from;
     auto st = open(c, vol, offset);
     if (!st)
@@ -170,15 +171,15 @@ private:
     stream_ptr st{virStreamNew(c.get(), 0)};
     if (!st)
       return last_error(what_ + ": new stream");
-    unsigned flags = holes_ ? VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM : 0;
+    unsigned flags = zeros_from_ ? VIR_STORAGE_VOL_UPLOAD_SPARSE_STREAM : 0;
     if (virStorageVolUpload(vol, st.get(), static_cast<unsigned long long>(offset),
                             static_cast<unsigned long long>(length_), flags)
         == 0)
       return st;
-    if (!holes_ || !sparse_refused())
+    if (!zeros_from_ || !sparse_refused())
       return last_error(what_); // the stream never became active: freeing is enough
     virResetLastError(); // an old daemon: the same bytes, zeros and all
-    holes_ = false;
+    zeros_from_.reset();
     return open(c, vol, offset);
   }
 
@@ -198,7 +199,7 @@ private:
       if (!have)
         return std::move(have.error());
       if (*have > 0) {
-        if (holes_ && done_ + hole_ >= zeros_from_ && all_zero(buf_.get(), *have))
+        if (zeros_from_ && done_ + hole_ >= *zeros_from_ && all_zero(buf_.get(), *have))
           hole_ += *have;
         else if (auto err = send(st, *have))
           return err;
@@ -279,8 +280,7 @@ private:
   size_t chunk_;
   std::atomic<uint64_t>* sent_;
   std::unique_ptr<char[]> buf_;
-  bool holes_ = false;
-  uint64_t zeros_from_ = 0;  // from here on (past the offset) holes may go
+  std::optional<uint64_t> zeros_from_; // from here on (past the offset) holes may go
   uint64_t done_ = 0;        // bytes the stream took, holes included
   uint64_t hole_ = 0;        // zeros read but not yet sent as a hole
   uint64_t holes_sent_ = 0;  // of done_, the bytes that went as holes
@@ -292,7 +292,7 @@ caf::error upload(connection& c, virStorageVolPtr vol, const std::string& what,
   uploader up{what, length, read, chunk, sent};
   if (vol == nullptr)
     return make_error(ec::invalid_argument, what + ": no volume given");
-  return up.run(c, vol, offset, false);
+  return up.run(c, vol, offset);
 }
 
 } // namespace
@@ -392,7 +392,7 @@ caf::error upload_volume_sparse(connection& c, const std::string& pool,
   if (!vol)
     return vol.error();
   uploader up{what, length, read, default_upload_chunk, nullptr};
-  auto err = up.run(c, vol->get(), offset, true, zeros_from > offset ? zeros_from - offset : 0);
+  auto err = up.run(c, vol->get(), offset, zeros_from > offset ? zeros_from - offset : 0);
   if (tally != nullptr)
     *tally = up.tally();
   return err;
